@@ -1,0 +1,69 @@
+# Transformer-XL, annotated. Every target installs what it needs on first use.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+TORCH ?= torch==2.13.0
+ENV_NAME := $(shell sed -n 's/^name: *//p' environment.yml)
+
+# An active conda env made from environment.yml is used as is; otherwise a local .venv.
+ifeq ($(CONDA_DEFAULT_ENV),$(ENV_NAME))
+  BIN := $(CONDA_PREFIX)/bin
+  ENV_DIR := $(CONDA_PREFIX)
+else
+  BIN := $(CURDIR)/.venv/bin
+  ENV_DIR := $(CURDIR)/.venv
+endif
+STAMP := $(ENV_DIR)/.txl-installed
+NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
+NBEXEC := $(BIN)/jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout=600
+
+.PHONY: help install run test lab outputs export sync-check bench clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+# Re-install only when pyproject.toml changes. The pinned CPU torch goes first, so that
+# the `torch>=` range of the project does not pull a multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(ENV_DIR)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH)"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	@touch $@
+
+install: $(STAMP)  ## create the environment (done by every target on first use)
+
+run: $(STAMP)  ## execute every chapter in a fresh kernel into build/, print each chapter's headline
+	@mkdir -p build
+	@for nb in $(NOTEBOOKS); do \
+	  echo "running $$nb"; \
+	  $(NBEXEC) --output-dir build $$nb --log-level WARN || exit 1; \
+	done
+	@$(BIN)/python -c "from txl_lib.utils import report_run; report_run('build')"
+
+export: $(STAMP)  ## export the notebooks' #| export cells into txl_lib/
+	$(BIN)/nbdev-export
+
+sync-check: $(STAMP)  ## fail if txl_lib/ is not exactly what the notebooks export
+	@rm -rf build/txl_lib.before && mkdir -p build && cp -r txl_lib build/txl_lib.before
+	@$(BIN)/nbdev-export
+	@diff -r -x __pycache__ build/txl_lib.before txl_lib \
+	  || { echo "txl_lib/ was out of sync with the notebooks (now exported: review and commit)"; exit 1; }
+	@echo "txl_lib/ is in sync with the notebooks"
+
+test: sync-check  ## sync check, then pytest: nbval over every notebook plus tests/
+	$(BIN)/python -m pytest
+
+outputs: $(STAMP)  ## for authors: re-execute the notebooks in place, storing their outputs
+	@for nb in $(or $(NB),$(NOTEBOOKS)); do echo "executing $$nb"; $(NBEXEC) --inplace $$nb || exit 1; done
+
+bench: $(STAMP)  ## the speed benchmark of chapter 07
+	$(BIN)/python -m txl_lib.bench
+
+lab: $(STAMP)  ## read the series in JupyterLab
+	$(BIN)/jupyter lab notebooks/
+
+clean:  ## remove build outputs and caches (keeps .venv)
+	rm -rf build .pytest_cache .hypothesis
+	find . -name __pycache__ -not -path './.venv/*' -prune -exec rm -rf {} +
