@@ -13,7 +13,7 @@ from txl_lib.train import document_segments, stream_documents
     (lambda: batchify(torch.arange(5), 6), "batch_size must be an int in [1, 5]"),
     (lambda: batchify(torch.arange(5), 0), "batch_size must be an int in [1, 5]"),
     (lambda: batchify(torch.arange(6).view(2, 3), 2), "ids must be a 1-D tensor"),
-    (lambda: Segments(torch.arange(10).view(2, 5), 0), "tgt_len (the segment length T) must be an int >= 1"),
+    (lambda: Segments(torch.arange(10).view(2, 5), 0), "tgt_len must be an int >= 1"),
     (lambda: Segments(torch.arange(10).view(2, 5), 2.5), "got 2.5"),
     (lambda: Segments(torch.arange(10), 2), "data must be a (B, N) tensor"),
     (lambda: recall_task(3, distance=1), "distance must be an int >= 2"),

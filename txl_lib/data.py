@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from .utils import check_int
+
 # %% ../notebooks/00a_data.ipynb #c005
 def load_corpus(name: str = "pydoc") -> str:
     "Return the text of a corpus: `'pydoc'` (CPython's reference documentation) or the path of a UTF-8 text file."
@@ -59,14 +61,10 @@ def batchify(ids: torch.Tensor, batch_size: int) -> torch.Tensor:
     return ids[: n_step * batch_size].view(batch_size, n_step)   # (B, N)
 
 # %% ../notebooks/00a_data.ipynb #c012
-def _check_segment_length(tgt_len):
-    if not isinstance(tgt_len, int) or isinstance(tgt_len, bool) or tgt_len < 1:
-        raise ValueError(f"tgt_len (the segment length T) must be an int >= 1, got {tgt_len!r}")
-
 class Segments:
     "Consecutive `(inputs, targets)` segments of length `tgt_len` over (B, N) streams; the last may be shorter."
     def __init__(self, data: torch.Tensor, tgt_len: int):
-        _check_segment_length(tgt_len)
+        check_int("tgt_len", tgt_len, 1)
         if not isinstance(data, torch.Tensor) or data.dim() != 2 or data.size(1) < 2:
             raise ValueError(f"data must be a (B, N) tensor of streams with N >= 2, got shape "
                              f"{tuple(getattr(data, 'shape', ()))}")
