@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .utils import progress
+from .utils import progress, check_int
 from .data import IGNORE
 
 # %% ../notebooks/00b_training.ipynb #c005
@@ -53,27 +53,35 @@ def warmup_cosine(step: int, total: int, warmup: int) -> float:
     return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
 
 # %% ../notebooks/00b_training.ipynb #c014
+def _forward_without_step(model, inputs, mems):
+    "A segment with nothing to score: run it for its memory only."
+    with torch.no_grad():
+        return model(inputs, mems=mems).mems
+
 def train(model: torch.nn.Module, documents, steps: int, tgt_len: int, lr: float = 1e-3,
           warmup: int | None = None, clip: float = 0.25, desc: str = "train") -> list[float]:
-    "Train for `steps` segments of `tgt_len` over `documents`, memory carried; return the loss of each step."
-    if not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
+    "Take `steps` optimiser steps, one per segment of `tgt_len` over `documents`, memory carried; return the losses."
+    check_int("steps", steps, 1)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     warmup = max(1, steps // 10) if warmup is None else warmup
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, steps, warmup))
     model.train()
-    history, mems = [], None
-    segments = document_segments(documents, tgt_len)
-    for _, (inputs, targets, first) in zip(bar := progress(range(steps), desc=desc + " "), segments):
-        out = model(inputs, mems=None if first else mems, targets=targets)
-        loss = mean_loss(out.loss, targets)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step(); schedule.step()
-        mems = out.mems
-        history.append(loss.item())
-        bar.set_postfix_str(f" loss {history[-1]:.3f}", refresh=False)
+    history, mems, segments = [], None, document_segments(documents, tgt_len)
+    with progress(total=steps, desc=desc + " ") as bar:
+        for inputs, targets, first in segments:
+            if (targets == IGNORE).all():          # e.g. the context part of a task: memory only, no step
+                mems = _forward_without_step(model, inputs, None if first else mems)
+                continue
+            out = model(inputs, mems=None if first else mems, targets=targets)
+            loss = mean_loss(out.loss, targets)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            optimizer.step(); schedule.step()
+            mems, history = out.mems, history + [loss.item()]
+            bar.set_postfix_str(f" loss {history[-1]:.3f}", refresh=False); bar.update()
+            if len(history) == steps:
+                return history
     return history
 
 # %% ../notebooks/00b_training.ipynb #c016

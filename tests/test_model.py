@@ -1,0 +1,104 @@
+"""The full model: parity with the HuggingFace port of the original code, memory equivalences, parameter count."""
+import warnings
+
+import pytest
+import torch
+
+from txl_lib.convert import from_hf, from_original
+from txl_lib.model import TXLConfig, TransformerXL, generate
+
+warnings.filterwarnings("ignore", message="IProgress not found")
+from transformers import TransfoXLConfig, TransfoXLLMHeadModel  # noqa: E402
+
+
+def random_port(seed, B_vocab=41, **options):
+    torch.manual_seed(seed)
+    config = TransfoXLConfig(vocab_size=B_vocab, cutoffs=[], div_val=1, d_model=12, d_embed=12, n_head=3,
+                             d_head=5, d_inner=20, n_layer=2, dropout=0.0, dropatt=0.0, **options)
+    port = TransfoXLLMHeadModel(config).eval()
+    with torch.no_grad():
+        for p in port.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    return port
+
+
+@pytest.mark.parametrize("options", [
+    dict(untie_r=True, same_length=False, clamp_len=0, pre_lnorm=False, mem_len=7),
+    dict(untie_r=False, same_length=False, clamp_len=0, pre_lnorm=False, mem_len=3),
+    dict(untie_r=True, same_length=True, clamp_len=0, pre_lnorm=False, mem_len=10),
+    dict(untie_r=False, same_length=True, clamp_len=2, pre_lnorm=True, mem_len=5),
+    dict(untie_r=True, same_length=False, clamp_len=4, pre_lnorm=True, mem_len=12),
+    dict(untie_r=True, same_length=True, clamp_len=1, pre_lnorm=False, mem_len=2),
+])
+@pytest.mark.parametrize("B, T", [(1, 5), (3, 4)])
+def test_parity_with_the_huggingface_port(options, B, T):
+    port = random_port(hash((B, T)) % 1000, **options)
+    ours = from_hf(port).eval()
+    x = torch.randint(41, (B, 3 * T), generator=torch.Generator().manual_seed(B + T))
+    port_mems = [torch.empty(0, B, 12)] * 2          # the original starts from an empty memory
+    our_mems = None
+    with torch.no_grad():
+        for segment in x.split(T, dim=1):
+            theirs, mine = port(segment, mems=port_mems), ours(segment, mems=our_mems)
+            torch.testing.assert_close(mine.logits.log_softmax(-1), theirs.prediction_scores, atol=1e-5, rtol=0)
+            for m, t in zip(mine.mems, theirs.mems):
+                torch.testing.assert_close(m, t.transpose(0, 1), atol=1e-5, rtol=0)
+            port_mems, our_mems = theirs.mems, mine.mems
+
+
+def test_converter_refuses_what_does_not_fit():
+    state = {k.removeprefix("transformer."): v for k, v in random_port(0, mem_len=4).state_dict().items()}
+    with pytest.raises(ValueError, match="shapes do not fit"):
+        from_original(state, TXLConfig(n_token=41, n_layer=2, n_head=3, d_model=12, d_head=5, d_inner=20))
+    with pytest.raises(ValueError, match="missing"):
+        from_original(state, TXLConfig(n_token=41, n_layer=3, n_head=3, d_model=12, d_head=5, d_inner=20,
+                                       untie_r=True))
+    with pytest.raises(KeyError, match="dec_attn.extra"):
+        from_original({**state, "layers.0.dec_attn.extra": torch.zeros(1)}, TXLConfig(n_token=41))
+
+
+@pytest.mark.parametrize("config", [
+    TXLConfig(n_token=30, n_layer=3, d_model=16, n_head=2, d_head=8, d_inner=24, mem_len=100),
+    TXLConfig(n_token=30, n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=24, mem_len=100, pre_lnorm=True,
+              untie_r=True, clamp_len=5),
+])
+def test_memory_equals_one_long_forward(config):
+    torch.manual_seed(0)
+    model = TransformerXL(config).eval()
+    seq = torch.randint(30, (2, 21))
+    with torch.no_grad():
+        whole = model(seq).logits
+        for chunk in (7, 1, 5):
+            pieces, mems = [], None
+            for segment in seq.split(chunk, dim=1):
+                out = model(segment, mems=mems)
+                pieces.append(out.logits); mems = out.mems
+            torch.testing.assert_close(torch.cat(pieces, 1), whole, atol=1e-5, rtol=1e-5)
+
+
+def test_no_gradient_reaches_the_memory():
+    torch.manual_seed(0)
+    model = TransformerXL(TXLConfig(n_token=30, d_model=16, n_head=2, d_head=8, mem_len=6))
+    first = model(torch.randint(30, (2, 6)))
+    assert all(not m.requires_grad and m.grad_fn is None for m in first.mems)
+    second = model(torch.randint(30, (2, 6)), mems=first.mems)
+    second.logits.sum().backward()
+    assert all(m.grad is None for m in first.mems)
+
+
+def test_generate_with_memory_equals_recomputing_the_prefix():
+    torch.manual_seed(0)
+    model = TransformerXL(TXLConfig(n_token=30, d_model=16, n_head=2, d_head=8, mem_len=64)).eval()
+    prompt = torch.randint(30, (3, 5))
+    fast = generate(model, prompt, 10, temperature=0)
+    slow = prompt
+    with torch.no_grad():
+        for _ in range(10):
+            slow = torch.cat([slow, model(slow).logits[:, -1:].argmax(-1)], 1)
+    assert torch.equal(fast, slow)
+
+
+def test_enwik8_base_has_41_1_million_parameters():
+    with torch.device("meta"):
+        model = TransformerXL(TXLConfig.enwik8_base())
+    assert round(sum(p.numel() for p in model.parameters()) / 1e6, 1) == 41.1
