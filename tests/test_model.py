@@ -102,3 +102,23 @@ def test_enwik8_base_has_41_1_million_parameters():
     with torch.device("meta"):
         model = TransformerXL(TXLConfig.enwik8_base())
     assert round(sum(p.numel() for p in model.parameters()) / 1e6, 1) == 41.1
+
+
+def test_checkpoint_round_trip_and_bad_files(tmp_path):
+    from txl_lib.model import load_checkpoint, save_checkpoint
+    torch.manual_seed(0)
+    model = TransformerXL(TXLConfig(n_token=30, d_model=16, n_head=2, d_head=8, untie_r=True))
+    path = save_checkpoint(tmp_path / "m.pt", model, step=12)
+    loaded, step = load_checkpoint(path)
+    assert step == 12 and loaded.config == model.config
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values()))
+    assert [p.name for p in tmp_path.iterdir()] == ["m.pt"]          # no temporary file left behind
+    good = path.read_bytes()
+    (tmp_path / "cut.pt").write_bytes(good[: len(good) // 2])
+    with pytest.raises(ValueError, match="not a readable checkpoint"):
+        load_checkpoint(tmp_path / "cut.pt")
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="not a txl_lib checkpoint"):
+        load_checkpoint(tmp_path / "other.pt")
+    with pytest.raises(FileNotFoundError):
+        load_checkpoint(tmp_path / "missing.pt")
