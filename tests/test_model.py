@@ -6,14 +6,15 @@ import torch
 
 from txl_lib.convert import from_hf, from_original
 from txl_lib.model import TXLConfig, TransformerXL, generate
+from txl_lib.train import evaluate, memory_length, token_loss
 
 warnings.filterwarnings("ignore", message="IProgress not found")
 from transformers import TransfoXLConfig, TransfoXLLMHeadModel  # noqa: E402
 
 
-def random_port(seed, B_vocab=41, **options):
+def random_port(seed, vocab_size=41, **options):
     torch.manual_seed(seed)
-    config = TransfoXLConfig(vocab_size=B_vocab, cutoffs=[], div_val=1, d_model=12, d_embed=12, n_head=3,
+    config = TransfoXLConfig(vocab_size=vocab_size, cutoffs=[], div_val=1, d_model=12, d_embed=12, n_head=3,
                              d_head=5, d_inner=20, n_layer=2, dropout=0.0, dropatt=0.0, **options)
     port = TransfoXLLMHeadModel(config).eval()
     with torch.no_grad():
@@ -74,6 +75,45 @@ def test_memory_equals_one_long_forward(config):
                 out = model(segment, mems=mems)
                 pieces.append(out.logits); mems = out.mems
             torch.testing.assert_close(torch.cat(pieces, 1), whole, atol=1e-5, rtol=1e-5)
+
+
+def test_evaluate_with_its_own_memory_length_equals_one_long_forward():
+    torch.manual_seed(0)
+    model = TransformerXL(TXLConfig(n_token=30, d_model=16, n_head=2, d_head=8, mem_len=4)).eval()
+    seq = torch.randint(30, (2, 25))
+    x, y = seq[:, :-1], seq[:, 1:]
+    with torch.no_grad():
+        for p in model.parameters():                           # larger weights: the far context matters
+            p.add_(0.3 * torch.randn_like(p))
+        whole = token_loss(model(x).logits, y)                 # every target sees its whole prefix
+    short = evaluate(model, x, y, tgt_len=6)                   # the model's own memory of 4 forgets
+    long = evaluate(model, x, y, tgt_len=6, mem_len=24)        # a memory holding the whole history
+    torch.testing.assert_close(long.loss, whole, atol=1e-5, rtol=1e-5)
+    assert (short.loss - whole).abs().max() > 1e-2
+    assert model.config.mem_len == 4
+
+
+def test_memory_length_is_restored_after_an_error_and_refuses_bad_values():
+    model = TransformerXL(TXLConfig(n_token=30, d_model=16, n_head=2, d_head=8, mem_len=4))
+    with pytest.raises(RuntimeError), memory_length(model, 9):
+        assert model.config.mem_len == 9
+        raise RuntimeError("interrupted")
+    assert model.config.mem_len == 4
+    with pytest.raises(ValueError, match="mem_len"), memory_length(model, -1):
+        pass
+    with pytest.raises(TypeError, match="no config.mem_len"), memory_length(torch.nn.Linear(2, 2), 3):
+        pass
+    assert model.config.mem_len == 4
+
+
+def test_init_mems_is_the_empty_memory():
+    torch.manual_seed(0)
+    model = TransformerXL(TXLConfig(n_token=30, d_model=16, n_head=2, d_head=8, mem_len=5)).eval()
+    seq = torch.randint(30, (3, 4))
+    explicit, implicit = model(seq, mems=model.init_mems(3)), model(seq)
+    assert torch.equal(explicit.logits, implicit.logits)
+    assert all(torch.equal(a, b) for a, b in zip(explicit.mems, implicit.mems))
+    assert [tuple(m.shape) for m in model.init_mems(3)] == [(3, 0, 16), (3, 0, 16)]
 
 
 def test_no_gradient_reaches_the_memory():

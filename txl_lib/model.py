@@ -107,6 +107,12 @@ class TransformerXL(nn.Module):
                 nn.init.normal_(module.weight, 1.0, std); nn.init.zeros_(module.bias)
         nn.init.normal_(self.u, 0.0, std); nn.init.normal_(self.v, 0.0, std)
 
+    def init_mems(self, batch_size: int) -> list:
+        "An explicit empty memory, one (B, 0, E) tensor per layer: the same as passing `mems=None`."
+        check_int("batch_size", batch_size, 1)
+        w = self.word_emb.weight
+        return [w.new_empty(batch_size, 0, self.config.d_model) for _ in self.layers]
+
     def biases(self, i: int):
         "The (u, v) pair of layer i, each (H, D)."
         return (self.u[i], self.v[i]) if self.config.untie_r else (self.u, self.v)
@@ -126,7 +132,7 @@ class TransformerXL(nn.Module):
         loss = None if targets is None else token_loss(logits, targets)
         return LMOutput(logits, loss, update_memory(mems, hiddens, c.mem_len), hiddens)
 
-# %% ../notebooks/06_model.ipynb #c018
+# %% ../notebooks/06_model.ipynb #c020
 @torch.inference_mode()
 def generate(model: nn.Module, prompt_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
              top_k: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -148,7 +154,7 @@ def generate(model: nn.Module, prompt_ids: torch.Tensor, max_new_tokens: int, te
         out = model(next_id, mems=out.mems)
     return torch.cat(tokens, dim=1)
 
-# %% ../notebooks/06_model.ipynb #c020
+# %% ../notebooks/06_model.ipynb #c022
 def save_checkpoint(path, model: TransformerXL, step: int = 0) -> Path:
     "Write config, weights and step to `path` atomically (temporary file, then rename)."
     path = Path(path)

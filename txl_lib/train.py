@@ -4,10 +4,11 @@
 
 # %% auto #0
 __all__ = ['LMOutput', 'token_loss', 'mean_loss', 'stream_documents', 'document_segments', 'warmup_cosine', 'train', 'Evaluation',
-           'evaluate']
+           'memory_length', 'evaluate', 'Validator']
 
 # %% ../notebooks/00b_training.ipynb #c001
 import itertools, math
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -58,28 +59,34 @@ def _forward_without_step(model, inputs, mems):
     with torch.no_grad():
         return model(inputs, mems=mems).mems
 
+def _optimizer_step(model, optimizer, schedule, loss, clip):
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step(); schedule.step()
+
 def train(model: torch.nn.Module, documents, steps: int, tgt_len: int, lr: float = 1e-3,
-          warmup: int | None = None, clip: float = 0.25, desc: str = "train") -> list[float]:
+          warmup: int | None = None, clip: float = 0.25, desc: str = "train",
+          evaluator=None, eval_every: int = 0) -> list[float]:
     "Take `steps` optimiser steps, one per segment of `tgt_len` over `documents`, memory carried; return the losses."
-    check_int("steps", steps, 1)
+    check_int("steps", steps, 1); check_int("eval_every", eval_every)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     warmup = max(1, steps // 10) if warmup is None else warmup
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, steps, warmup))
     model.train()
-    history, mems, segments = [], None, document_segments(documents, tgt_len)
+    history, mems, note = [], None, ""
     with progress(total=steps, desc=desc + " ") as bar:
-        for inputs, targets, first in segments:
+        for inputs, targets, first in document_segments(documents, tgt_len):
             if (targets == IGNORE).all():          # e.g. the context part of a task: memory only, no step
                 mems = _forward_without_step(model, inputs, None if first else mems)
                 continue
             out = model(inputs, mems=None if first else mems, targets=targets)
             loss = mean_loss(out.loss, targets)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-            optimizer.step(); schedule.step()
+            _optimizer_step(model, optimizer, schedule, loss, clip)
             mems, history = out.mems, history + [loss.item()]
-            bar.set_postfix_str(f" loss {history[-1]:.3f}", refresh=False); bar.update()
+            if evaluator is not None and eval_every and len(history) % eval_every == 0:
+                note = f" · eval {evaluator(model, len(history)):.3f}"; model.train()
+            bar.set_postfix_str(f" loss {history[-1]:.3f}{note}", refresh=False); bar.update()
             if len(history) == steps:
                 return history
     return history
@@ -100,12 +107,40 @@ class Evaluation:
         scored = self.targets != IGNORE
         return (self.predicted == self.targets)[scored].float().mean().item()
 
+@contextmanager
+def memory_length(model: torch.nn.Module, mem_len: int | None):
+    "Within the block, `model` keeps `mem_len` positions of memory (its `config.mem_len`); None changes nothing."
+    if mem_len is None:
+        yield model; return
+    check_int("mem_len", mem_len)
+    if not hasattr(getattr(model, "config", None), "mem_len"):
+        raise TypeError(f"{type(model).__name__} has no config.mem_len: it keeps no memory whose length could change")
+    saved, model.config.mem_len = model.config.mem_len, mem_len
+    try:
+        yield model
+    finally:
+        model.config.mem_len = saved
+
 @torch.inference_mode()
-def evaluate(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor, tgt_len: int) -> Evaluation:
-    "Per-token loss and prediction of `model` over one document (B, S), read in segments with memory carried."
+def evaluate(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor, tgt_len: int,
+             mem_len: int | None = None) -> Evaluation:
+    "Per-token loss and prediction over one document (B, S), read in segments of `tgt_len`, memory of `mem_len` carried."
+    check_int("tgt_len", tgt_len, 1)
     model.eval()
     losses, predicted, mems = [], [], None
-    for x, y, _ in document_segments([(inputs, targets)], tgt_len):
-        out = model(x, mems=mems, targets=y)
-        losses.append(out.loss); predicted.append(out.logits.argmax(-1)); mems = out.mems
+    with memory_length(model, mem_len):
+        for x, y, _ in document_segments([(inputs, targets)], tgt_len):
+            out = model(x, mems=mems, targets=y)
+            losses.append(out.loss); predicted.append(out.logits.argmax(-1)); mems = out.mems
     return Evaluation(torch.cat(losses, 1), torch.cat(predicted, 1), targets)
+
+class Validator:
+    "An `evaluator` for `train`: bits per token on held-out data, read with its own `tgt_len` and `mem_len`."
+    def __init__(self, inputs: torch.Tensor, targets: torch.Tensor, tgt_len: int, mem_len: int | None = None):
+        self.inputs, self.targets, self.tgt_len, self.mem_len = inputs, targets, tgt_len, mem_len
+        self.history: list[tuple[int, float]] = []     # (step, bits per token)
+
+    def __call__(self, model: torch.nn.Module, step: int) -> float:
+        bits = evaluate(model, self.inputs, self.targets, self.tgt_len, self.mem_len).bits_per_token
+        self.history.append((step, bits))
+        return bits
