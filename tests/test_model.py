@@ -54,7 +54,7 @@ def test_converter_refuses_what_does_not_fit():
     with pytest.raises(ValueError, match="missing"):
         from_original(state, TXLConfig(n_token=41, n_layer=3, n_head=3, d_model=12, d_head=5, d_inner=20,
                                        untie_r=True))
-    with pytest.raises(KeyError, match="dec_attn.extra"):
+    with pytest.raises(ValueError, match="dec_attn.extra"):
         from_original({**state, "layers.0.dec_attn.extra": torch.zeros(1)}, TXLConfig(n_token=41))
 
 

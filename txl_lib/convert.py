@@ -42,7 +42,7 @@ def rename_original(state_dict: dict) -> dict:
         else:
             ours[re.sub(rule[0], rule[1], key)] = value
     if unknown:
-        raise KeyError(f"keys the converter does not know (not an attention-type-0 Transformer-XL?): {unknown}")
+        raise ValueError(f"keys the converter does not know (not an attention-type-0 Transformer-XL?): {unknown}")
     for name, layers in per_layer.items():
         if not layers:
             continue

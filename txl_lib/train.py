@@ -65,11 +65,21 @@ def _optimizer_step(model, optimizer, schedule, loss, clip):
     torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
     optimizer.step(); schedule.step()
 
+def _check_training_args(steps, tgt_len, lr, warmup, clip, evaluator, eval_every):
+    check_int("steps", steps, 1); check_int("tgt_len", tgt_len, 1); check_int("eval_every", eval_every)
+    if warmup is not None:
+        check_int("warmup", warmup)
+    for name, value in [("lr", lr), ("clip", clip)]:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"{name} must be a number > 0, got {value!r}")
+    if eval_every and not callable(evaluator):
+        raise ValueError(f"eval_every={eval_every} needs an evaluator, a callable (model, step) -> float, got {evaluator!r}")
+
 def train(model: torch.nn.Module, documents, steps: int, tgt_len: int, lr: float = 1e-3,
           warmup: int | None = None, clip: float = 0.25, desc: str = "train",
           evaluator=None, eval_every: int = 0) -> list[float]:
     "Take `steps` optimiser steps, one per segment of `tgt_len` over `documents`, memory carried; return the losses."
-    check_int("steps", steps, 1); check_int("eval_every", eval_every)
+    _check_training_args(steps, tgt_len, lr, warmup, clip, evaluator, eval_every)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     warmup = max(1, steps // 10) if warmup is None else warmup
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, steps, warmup))

@@ -1,0 +1,99 @@
+"""The benchmark's correctness part and JSON schema (never its speed), and the inference cache it relies on."""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from txl_lib.bench import bench_model, cached_logits, check_same_function, recompute_logits, saved_tensor_bytes
+from txl_lib.model import InferenceCache, TXLConfig, TransformerXL
+
+
+def test_quick_benchmark_writes_the_documented_records(tmp_path):
+    out = tmp_path / "bench.json"
+    subprocess.run([sys.executable, "-m", "txl_lib.bench", "--quick", "--json", str(out), "--threads", "1"],
+                   check=True, capture_output=True, timeout=120)
+    records = json.loads(out.read_text())
+    meta = [r for r in records if r["mode"] == "meta"]
+    assert len(meta) == 1 and {"device", "torch", "threads"} <= meta[0].keys()
+    assert meta[0]["max_logit_difference"] <= 1e-4 and meta[0]["threads"] == 1
+    timed = [r for r in records if r["mode"] in ("recompute", "segment", "generate")]
+    assert {(r["L"], r["mode"]) for r in timed} == {(L, m) for L in (48, 96)
+                                                     for m in ("recompute", "segment", "generate")}
+    for r in timed:
+        assert set(r) == {"L", "mode", "ms_per_token", "speedup", "efficiency"}
+        assert r["ms_per_token"] > 0 and r["efficiency"] == pytest.approx(r["speedup"] / r["L"])
+        if r["mode"] == "recompute":
+            assert r["speedup"] == 1
+    train = {r["implementation"]: r for r in records if r["mode"] == "train"}
+    assert set(train) == {"hf", "ours"} and train["ours"]["max_loss_difference"] < 1e-4
+
+
+def test_the_check_catches_a_procedure_that_computes_something_else():
+    model = bench_model(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64)
+    tokens = torch.randint(256, (2, 40), generator=torch.Generator().manual_seed(0))
+    assert check_same_function(model, tokens, 40, 8) <= 1e-4
+    # a memory shorter than the context forgets: the logits of late tokens must differ from recomputing
+    short = cached_logits(model, tokens, 8, 8)
+    assert (short - recompute_logits(model, tokens, 40)).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("pre_lnorm, same_length, mem_len", [(False, False, 6), (True, True, 5), (False, True, 0)])
+def test_inference_cache_equals_plain_memory(pre_lnorm, same_length, mem_len):
+    torch.manual_seed(0)
+    model = TransformerXL(TXLConfig(n_token=30, d_model=16, n_head=2, d_head=8, mem_len=mem_len,
+                                    pre_lnorm=pre_lnorm, same_length=same_length)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    seq = torch.randint(30, (2, 40))
+    plain_mems = cached_mems = None
+    cache = InferenceCache(len(model.layers))
+    with torch.inference_mode():
+        for segment in seq.split([7, 1, 1, 3, 1, 20, 1, 1, 5], dim=1):
+            plain = model(segment, mems=plain_mems)
+            cached = model(segment, mems=cached_mems, cache=cache)
+            torch.testing.assert_close(cached.logits, plain.logits, atol=1e-5, rtol=1e-5)
+            for a, b in zip(cached.mems, plain.mems):
+                torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+            plain_mems, cached_mems = plain.mems, cached.mems
+    assert cache.length == plain_mems[0].size(1)
+
+
+def test_mems_handed_out_by_the_cache_stay_valid():
+    torch.manual_seed(0)
+    model = TransformerXL(TXLConfig(n_token=30, d_model=16, n_head=2, d_head=8, mem_len=4)).eval()
+    cache, out, kept = InferenceCache(2), None, []
+    with torch.inference_mode():
+        for t in range(30):                                   # many appends: the buffer is compacted often
+            out = model(torch.tensor([[t % 30]]), mems=None if out is None else out.mems, cache=cache)
+            kept.append([m.clone() for m in out.mems] + list(out.mems))
+    for snapshot in kept:
+        copies, views = snapshot[:2], snapshot[2:]
+        assert all(torch.equal(c, v) for c, v in zip(copies, views))
+
+
+def test_inference_cache_refuses_misuse_and_changes_nothing():
+    model = TransformerXL(TXLConfig(n_token=30, d_model=16, n_head=2, d_head=8, mem_len=4)).eval()
+    x = torch.randint(30, (1, 3))
+    cache = InferenceCache(2)
+    with pytest.raises(RuntimeError, match="frozen weights"):
+        model(x, cache=cache)                                 # gradients on
+    with torch.inference_mode():
+        first = model(x, cache=cache)
+        stale = model(x, mems=first.mems, cache=cache)
+        with pytest.raises(ValueError, match="previous call"):
+            model(x, mems=first.mems, cache=cache)            # not the memory the cache returned last
+        with pytest.raises(ValueError, match="previous call"):
+            model(x, cache=cache)                             # mems=None with a used cache
+        again = model(x, mems=stale.mems, cache=cache)        # the refused calls left the cache as it was
+        plain = model(x, mems=model(x, mems=model(x).mems).mems)
+    torch.testing.assert_close(again.logits, plain.logits, atol=1e-5, rtol=1e-5)
+
+
+def test_saved_tensor_bytes_counts_activations_not_weights():
+    layer = torch.nn.Linear(100, 50)
+    x = torch.randn(8, 100, requires_grad=True)
+    _, counted = saved_tensor_bytes(lambda: torch.relu(layer(x)).sum(), layer.parameters())
+    assert counted == 8 * 100 * 4 + 8 * 50 * 4               # the input of the matmul, the output of relu
