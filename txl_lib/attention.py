@@ -164,6 +164,10 @@ class RelativeMultiHeadAttention(nn.Module):
                 mem: torch.Tensor | None = None, cache: LayerCache | None = None) -> torch.Tensor:
         "x (B,T,E), r = R (K,E), u and v (H,D), mask (T,K) bool, mem (B,M,E) or None -> (B,T,E)."
         score, val = self.scores(x, r, u, v, mem, cache)
+        return self.attend(x, score, val, mask)
+
+    def attend(self, x, score, val, mask):
+        "Mask, softmax (in float32), weighted values, output projection, residual and norm -> (B, T, E)."
         score = score.float().masked_fill(mask, float("-inf"))
         prob = self.dropatt(score.softmax(dim=-1).to(val.dtype))                                  # (B, H, T, K)
         attended = rearrange(torch.einsum("bhij,bhjd->bhid", prob, val), "b h t d -> b t (h d)")
