@@ -67,6 +67,7 @@ def grow(ids, n):
 CASES = [
     # TransformerXL.forward: token ids
     ("float ids", lambda e: e.model(e.ids.float()), TypeError, "integer token ids"),
+    ("int16 ids", lambda e: e.model(e.ids.short()), TypeError, "torch.long or torch.int"),
     ("ids not a tensor", lambda e: e.model(e.ids.tolist()), TypeError, "torch.Tensor of token ids"),
     ("id = n_token", lambda e: e.model(torch.full((2, 3), 20)), ValueError, "outside the vocabulary [0, 20)"),
     ("negative id", lambda e: e.model(torch.full((2, 3), -1)), ValueError, "outside the vocabulary"),
@@ -181,7 +182,7 @@ def test_there_are_at_least_30_cases():
     assert len(CASES) >= 30
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40, deadline=None, derandomize=True)
 @given(B=st.integers(1, 3), T=st.integers(1, 6), M=st.integers(0, 6), pre=st.booleans(), same=st.booleans(),
        mem_len=st.integers(0, 7))
 def test_valid_shapes_give_documented_shapes(B, T, M, pre, same, mem_len):
@@ -196,9 +197,9 @@ def test_valid_shapes_give_documented_shapes(B, T, M, pre, same, mem_len):
     assert torch.isfinite(out.logits).all()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, derandomize=True)
 @given(shape=st.lists(st.integers(0, 4), min_size=0, max_size=4),
-       dtype=st.sampled_from([torch.int64, torch.int32, torch.float32, torch.bool]),
+       dtype=st.sampled_from([torch.int64, torch.int32, torch.int16, torch.uint8, torch.float32, torch.bool]),
        low=st.integers(-3, 25), n_mems=st.sampled_from([None, 0, 1, 2, 3]), width=st.sampled_from([8, 16]))
 def test_random_inputs_give_a_result_or_a_clean_error(shape, dtype, low, n_mems, width):
     torch.manual_seed(0)

@@ -90,8 +90,8 @@ def check_token_ids(name: str, ids, n_token: int, allow_ignore: bool = False) ->
     "A non-empty (B, T) integer tensor of ids in [0, n_token) (or IGNORE, for targets), else a clear error."
     if not isinstance(ids, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
-    if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
-        raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {ids.dtype}")
+    if ids.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{name} must hold integer token ids (torch.long or torch.int), got dtype {ids.dtype}")
     if ids.dim() != 2 or ids.numel() == 0:
         raise ValueError(f"{name} must be a non-empty (B, T) tensor, got shape {tuple(ids.shape)}")
     valid = (ids >= 0) & (ids < n_token)
