@@ -17,10 +17,10 @@ def perturbed(model):
     return model.eval()
 
 
-@pytest.mark.parametrize("options", [dict(attn_type=0, mem_len=30), dict(attn_type=1, mem_len=30),
+@pytest.mark.parametrize("options", [dict(attn_type=1, mem_len=30),   # type 0: tests/test_model.py
                                      dict(attn_type=1, mem_len=30, pre_lnorm=True),
                                      dict(attn_type=1, mem_len=30, clamp_len=4)])
-def test_relative_types_with_memory_equal_one_long_forward(options):
+def test_type_1_with_memory_equals_one_long_forward(options):
     torch.manual_seed(0)
     model = perturbed(build_model(config(**options)))
     seq = torch.randint(30, (2, 20))
