@@ -43,6 +43,10 @@ class TXLConfig:
     tie_weight: bool = True     # read-out weight = embedding weight
     init_std: float = 0.02
     attn_type: int = 0          # 0: relative sinusoid (the paper); 1-3: the original's variants (chapter 08)
+    cutoffs: tuple = ()         # adaptive softmax cluster boundaries (chapter 09); (): one softmax over V
+    div_val: int = 1            # cluster k embeds in d_embed // div_val**k dimensions (chapter 09)
+    d_embed: int | None = None  # embedding width before its projection to d_model (None: d_model)
+    tie_projs: tuple = ()       # per cluster: the softmax shares the embedding's projection (chapter 09)
 
     def __post_init__(self):
         for name in ("n_token", "n_layer", "n_head", "d_model", "d_head", "d_inner", "tgt_len"):
@@ -59,6 +63,38 @@ class TXLConfig:
         for name in ("same_length", "pre_lnorm", "untie_r", "tie_weight"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        self._check_adaptive()
+
+    def _check_adaptive(self):
+        "Cutoffs strictly increasing inside (0, n_token), every cluster at least 1 wide, one tie_projs flag per cluster."
+        self.cutoffs, self.tie_projs = tuple(self.cutoffs), tuple(self.tie_projs)
+        check_int("div_val", self.div_val, 1)
+        if self.d_embed is not None:
+            check_int("d_embed", self.d_embed, 1)
+        bounds = (0, *self.cutoffs, self.n_token)
+        if not all(isinstance(b, int) and not isinstance(b, bool) for b in self.cutoffs) or \
+                any(a >= b for a, b in zip(bounds, bounds[1:])):
+            raise ValueError(f"cutoffs must be increasing ints strictly between 0 and n_token={self.n_token}, "
+                             f"got {self.cutoffs}")
+        if self.embed_width // self.div_val ** len(self.cutoffs) < 1:
+            raise ValueError(f"d_embed={self.embed_width} // div_val={self.div_val}**{len(self.cutoffs)} leaves the "
+                             f"last cluster no embedding dimension")
+        if self.tie_projs and (len(self.tie_projs) != len(self.cutoffs) + 1 or
+                               not all(isinstance(t, bool) for t in self.tie_projs)):
+            raise ValueError(f"tie_projs must be () or {len(self.cutoffs) + 1} bools (one per cluster), "
+                             f"got {self.tie_projs}")
+        if self.adaptive and self.attn_type != 0:
+            raise ValueError("the adaptive embedding and softmax are implemented for attn_type=0 only")
+
+    @property
+    def embed_width(self) -> int:
+        "d_embed, or d_model when it is None."
+        return self.d_model if self.d_embed is None else self.d_embed
+
+    @property
+    def adaptive(self) -> bool:
+        "Does this model need chapter 09's adaptive embedding and softmax (clusters or a projected embedding)?"
+        return bool(self.cutoffs) or self.div_val != 1 or self.embed_width != self.d_model
 
     @classmethod
     def tiny(cls, n_token: int, **overrides) -> "TXLConfig":
@@ -70,6 +106,20 @@ class TXLConfig:
         "The paper's 12-layer enwik8 model: d_model 512, 8 heads of 64, d_inner 2048 (original's base script)."
         return cls(**{**dict(n_token=204, n_layer=12, n_head=8, d_model=512, d_head=64, d_inner=2048,
                              dropout=0.1, tgt_len=512, mem_len=512), **overrides})
+
+    @classmethod
+    def wt103_base(cls, **overrides) -> "TXLConfig":
+        "The paper's 151M WikiText-103 model: 16 layers, d_model 410, 10 heads of 41, adaptive softmax (chapter 09)."
+        return cls(**{**dict(n_token=267735, n_layer=16, n_head=10, d_model=410, d_head=41, d_inner=2100,
+                             dropout=0.1, tgt_len=150, mem_len=150, cutoffs=(20000, 40000, 200000),
+                             tie_projs=(False, True, True, True)), **overrides})
+
+    @classmethod
+    def wt103_large(cls, **overrides) -> "TXLConfig":
+        "The paper's 257M WikiText-103 model: 18 layers, d_model 1024, 16 heads of 64, div_val 4 (chapter 09)."
+        return cls(**{**dict(n_token=267735, n_layer=18, n_head=16, d_model=1024, d_head=64, d_inner=4096,
+                             dropout=0.2, dropatt=0.2, tgt_len=384, mem_len=384, cutoffs=(20000, 40000, 200000),
+                             div_val=4, tie_projs=(False, True, True, True)), **overrides})
 
 # %% ../notebooks/06_model.ipynb #c008
 class DecoderLayer(nn.Module):
@@ -147,15 +197,32 @@ class TransformerXL(nn.Module):
             raise ValueError(f"TransformerXL is attention type 0; for attn_type={config.attn_type} use "
                              f"txl_lib.variants.build_model(config)")
         c = self.config = config
-        self.word_emb = nn.Embedding(c.n_token, c.d_model)
+        self.word_emb, head = self.embedding_and_head(c)
         self.drop = nn.Dropout(c.dropout)
         self.layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.n_layer))
         bias_shape = (c.n_layer, c.n_head, c.d_head) if c.untie_r else (c.n_head, c.d_head)
         self.u, self.v = nn.Parameter(torch.zeros(bias_shape)), nn.Parameter(torch.zeros(bias_shape))
-        self.head = nn.Linear(c.d_model, c.n_token)
-        if c.tie_weight:
-            self.head.weight = self.word_emb.weight
+        self.head = head
         self.reset_parameters()
+
+    def embedding_and_head(self, c: TXLConfig) -> tuple[nn.Module, nn.Module]:
+        "nn.Embedding (V, E) and the read-out nn.Linear (E -> V), its weight tied to the embedding's with tie_weight."
+        if c.adaptive:
+            raise ValueError("a config with cutoffs, div_val or d_embed != d_model needs the adaptive embedding and "
+                             "softmax: use txl_lib.adaptive.AdaptiveTransformerXL (chapter 09)")
+        embedding, head = nn.Embedding(c.n_token, c.d_model), nn.Linear(c.d_model, c.n_token)
+        if c.tie_weight:
+            head.weight = embedding.weight
+        return embedding, head
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        "input_ids (B, T) -> (B, T, E), scaled by sqrt(E) as in the original."
+        return self.word_emb(input_ids) * math.sqrt(self.config.d_model)
+
+    def read_out(self, x: torch.Tensor, targets: torch.Tensor | None):
+        "x (B, T, E) -> logits (B, T, V) and, with targets, the per-token loss (B, T)."
+        logits = self.head(x)
+        return logits, None if targets is None else token_loss(logits, targets)
 
     def reset_parameters(self):
         "The original's initialisation (`init_weights`), u and v N(0, init_std)."
@@ -165,8 +232,7 @@ class TransformerXL(nn.Module):
     def init_mems(self, batch_size: int) -> list:
         "An explicit empty memory, one (B, 0, E) tensor per layer: the same as passing `mems=None`."
         check_int("batch_size", batch_size, 1)
-        w = self.word_emb.weight
-        return [w.new_empty(batch_size, 0, self.config.d_model) for _ in self.layers]
+        return [self.u.new_empty(batch_size, 0, self.config.d_model) for _ in self.layers]
 
     def biases(self, i: int):
         "The (u, v) pair of layer i, each (H, D)."
@@ -177,7 +243,7 @@ class TransformerXL(nn.Module):
         if cache is not None and (T, M) in cache.positions:
             return cache.positions[(T, M)]
         c = self.config
-        R = relative_positions(M + T, c.d_model, c.clamp_len, device).to(self.word_emb.weight.dtype)
+        R = relative_positions(M + T, c.d_model, c.clamp_len, device).to(self.u.dtype)
         built = (self.drop(R),                                                            # (K, E)
                  attention_mask(T, M, c.same_length, c.mem_len, device))                 # (T, K)
         if cache is not None:
@@ -189,20 +255,19 @@ class TransformerXL(nn.Module):
         "input_ids (B, T), mems None or one (B, M, E) per layer -> LMOutput(logits (B,T,V), loss, mems, hiddens)."
         c = self.config
         B, T = check_token_ids("input_ids", input_ids, c.n_token).shape
-        check_mems(mems, c, B, self.word_emb.weight)
+        check_mems(mems, c, B, self.u)
         check_targets(targets, c.n_token, (B, T))
         M = 0 if mems is None else mems[0].size(1)
         if cache is not None:
             cache.check(self, mems)
-        x = self.drop(self.word_emb(input_ids) * math.sqrt(c.d_model))                    # (B, T, E)
+        x = self.drop(self.embed(input_ids))                                                # (B, T, E)
         r, mask = self.positions_and_mask(T, M, input_ids.device, cache)
         hiddens = []
         for i, layer in enumerate(self.layers):
             hiddens.append(x)
             x = layer(x, r, *self.biases(i), mask, None if mems is None else mems[i],
                       None if cache is None else cache.layers[i])
-        logits = self.head(self.drop(x))                                                    # (B, T, V)
-        loss = None if targets is None else token_loss(logits, targets)
+        logits, loss = self.read_out(self.drop(x), targets)                                 # (B, T, V), (B, T)
         new_mems = update_memory(mems, hiddens, c.mem_len) if cache is None else cache.update(hiddens, c.mem_len)
         return LMOutput(logits, loss, new_mems, hiddens)
 
@@ -296,8 +361,8 @@ def _read_checkpoint(path) -> dict:
         raise ValueError(f"{path} is not a txl_lib checkpoint: expected the keys config, model, step")
     return payload
 
-def load_checkpoint(path, expected: TXLConfig | None = None) -> tuple[TransformerXL, int]:
-    "The model and step stored by `save_checkpoint`; with `expected`, a checkpoint of another config is an error."
+def load_checkpoint(path, expected: TXLConfig | None = None, build=TransformerXL) -> tuple[TransformerXL, int]:
+    "The model (made by `build(config)`) and step stored by `save_checkpoint`; `expected`: refuse another config."
     payload = _read_checkpoint(path)
     names = {f.name for f in fields(TXLConfig)}
     if not payload["config"].keys() <= names:
@@ -306,7 +371,7 @@ def load_checkpoint(path, expected: TXLConfig | None = None) -> tuple[Transforme
     if expected is not None and config != expected:
         differ = {k: (v, getattr(config, k)) for k, v in asdict(expected).items() if getattr(config, k) != v}
         raise ValueError(f"{path} holds a model of another config: (expected, found) {differ}")
-    model = TransformerXL(config)
+    model = build(config)
     try:
         model.load_state_dict(payload["model"])
     except RuntimeError as e:

@@ -106,7 +106,7 @@ def train(model: torch.nn.Module, documents, steps: int, tgt_len: int, lr: float
 class Evaluation:
     "Per-token results of `evaluate`."
     loss: torch.Tensor         # (B, S), 0 where the target is IGNORE
-    predicted: torch.Tensor    # (B, S) argmax of the logits
+    predicted: torch.Tensor | None   # (B, S) argmax of the logits; None if the model gives none with targets
     targets: torch.Tensor      # (B, S)
 
     @property
@@ -114,6 +114,9 @@ class Evaluation:
 
     @property
     def accuracy(self) -> float:
+        if self.predicted is None:
+            raise ValueError("no predictions to score: this model returns no logits with targets (adaptive softmax, "
+                             "chapter 09); use bits_per_token, or its log-probabilities without targets")
         scored = self.targets != IGNORE
         return (self.predicted == self.targets)[scored].float().mean().item()
 
@@ -141,8 +144,10 @@ def evaluate(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor
     with memory_length(model, mem_len):
         for x, y, _ in document_segments([(inputs, targets)], tgt_len):
             out = model(x, mems=mems, targets=y)
-            losses.append(out.loss); predicted.append(out.logits.argmax(-1)); mems = out.mems
-    return Evaluation(torch.cat(losses, 1), torch.cat(predicted, 1), targets)
+            losses.append(out.loss); mems = out.mems
+            if out.logits is not None:
+                predicted.append(out.logits.argmax(-1))
+    return Evaluation(torch.cat(losses, 1), torch.cat(predicted, 1) if predicted else None, targets)
 
 class Validator:
     "An `evaluator` for `train`: bits per token on held-out data, read with its own `tgt_len` and `mem_len`."
