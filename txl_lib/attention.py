@@ -156,9 +156,12 @@ class RelativeMultiHeadAttention(nn.Module):
     def scores(self, x, r, u, v, mem, cache: LayerCache | None = None):
         "Scaled scores (B, H, T, K) and values (B, H, K, D)."
         q, k, val = self.keys_values(x, mem, cache)
+        return self.relative_scores(q, k, r, u, v, cache), val
+
+    def relative_scores(self, q, k, r, u, v, cache: LayerCache | None = None):
+        "(a)+(b)+(c)+(d), scaled: q (B,H,T,D), k (B,H,K,D), r = R (K,E) -> (B,H,T,K)."
         r = self.project_positions(r, cache)                                                     # (H, K, D)
-        score = content_score(q, k, u) + rel_shift(position_score_unaligned(q, r, v))            # (B, H, T, K)
-        return score * self.scale, val
+        return (content_score(q, k, u) + rel_shift(position_score_unaligned(q, r, v))) * self.scale
 
     def forward(self, x: torch.Tensor, r: torch.Tensor, u: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
                 mem: torch.Tensor | None = None, cache: LayerCache | None = None) -> torch.Tensor:
@@ -167,9 +170,16 @@ class RelativeMultiHeadAttention(nn.Module):
         return self.attend(x, score, val, mask)
 
     def attend(self, x, score, val, mask):
-        "Mask, softmax (in float32), weighted values, output projection, residual and norm -> (B, T, E)."
+        "Masked softmax over the scores, weighted values, then the output block -> (B, T, E)."
+        return self.output(x, self.weighted_values(score, val, mask))
+
+    def weighted_values(self, score, val, mask):
+        "Mask, softmax (in float32), attention dropout, weighted sum of values: per head (B, H, T, D)."
         score = score.float().masked_fill(mask, float("-inf"))
         prob = self.dropatt(score.softmax(dim=-1).to(val.dtype))                                  # (B, H, T, K)
-        attended = rearrange(torch.einsum("bhij,bhjd->bhid", prob, val), "b h t d -> b t (h d)")
-        output = x + self.drop(self.out(attended))
+        return torch.einsum("bhij,bhjd->bhid", prob, val)
+
+    def output(self, x, heads):
+        "Heads (B, H, T, D) merged, output projection, dropout, residual and layer norm -> (B, T, E)."
+        output = x + self.drop(self.out(rearrange(heads, "b h t d -> b t (h d)")))
         return output if self.pre_lnorm else self.norm(output)

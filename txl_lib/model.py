@@ -47,6 +47,9 @@ class TXLConfig:
     div_val: int = 1            # cluster k embeds in d_embed // div_val**k dimensions (chapter 09)
     d_embed: int | None = None  # embedding width before its projection to d_model (None: d_model)
     tie_projs: tuple = ()       # per cluster: the softmax shares the embedding's projection (chapter 09)
+    knn_layer: int | None = None  # the layer that also attends to a KNN memory (chapter 10); None: no KNN memory
+    knn_capacity: int = 1024    # (key, value) pairs kept per stream in the KNN memory
+    knn_top_k: int = 32         # pairs each query retrieves
 
     def __post_init__(self):
         for name in ("n_token", "n_layer", "n_head", "d_model", "d_head", "d_inner", "tgt_len"):
@@ -64,6 +67,18 @@ class TXLConfig:
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
         self._check_adaptive()
+        self._check_knn()
+
+    def _check_knn(self):
+        "knn_layer None or a layer index; capacity and top-k positive, top-k within the capacity."
+        check_int("knn_capacity", self.knn_capacity, 1); check_int("knn_top_k", self.knn_top_k, 1)
+        if self.knn_layer is not None and (isinstance(self.knn_layer, bool) or not isinstance(self.knn_layer, int)
+                                           or not 0 <= self.knn_layer < self.n_layer):
+            raise ValueError(f"knn_layer must be None or a layer index in [0, {self.n_layer}), got {self.knn_layer!r}")
+        if self.knn_top_k > self.knn_capacity:
+            raise ValueError(f"knn_top_k={self.knn_top_k} exceeds knn_capacity={self.knn_capacity}")
+        if self.knn_layer is not None and (self.attn_type != 0 or self.adaptive):
+            raise ValueError("the KNN memory is implemented for attn_type=0 without an adaptive softmax only")
 
     def _check_adaptive(self):
         "Cutoffs strictly increasing inside (0, n_token), every cluster at least 1 wide, one tie_projs flag per cluster."
@@ -191,11 +206,15 @@ def init_weights(model: nn.Module, std: float):
 # %% ../notebooks/06_model.ipynb #c013
 class TransformerXL(nn.Module):
     "The Transformer-XL language model (attention type 0 of the original)."
+    has_knn_memory = False                  # chapter 10's subclass attends to a KNN memory in `knn_layer`
+
     def __init__(self, config: TXLConfig):
         super().__init__()
         if config.attn_type != 0:
             raise ValueError(f"TransformerXL is attention type 0; for attn_type={config.attn_type} use "
                              f"txl_lib.variants.build_model(config)")
+        if config.knn_layer is not None and not self.has_knn_memory:
+            raise ValueError("a config with knn_layer needs the KNN memory: use txl_lib.knn.KNNTransformerXL (chapter 10)")
         c = self.config = config
         self.word_emb, head = self.embedding_and_head(c)
         self.drop = nn.Dropout(c.dropout)

@@ -1,0 +1,178 @@
+"""KNN memory (chapter 10): the store against brute force, eviction, capacity, stream isolation, clear; the layer
+reduces to XL attention; nothing is attended twice; gradients stop at the store."""
+import pytest
+import torch
+
+from txl_lib.knn import KNNMemory, KNNTransformerXL
+from txl_lib.model import TXLConfig, TransformerXL, save_checkpoint, load_checkpoint
+
+
+def filled_store(B=3, H=2, D=5, C=16, n=11, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    store = KNNMemory(B, H, D, C)
+    keys, values = torch.randn(B, H, n, D, generator=g), torch.randn(B, H, n, D, generator=g)
+    store.add(keys, values)
+    return store, keys, values
+
+
+@pytest.mark.parametrize("n, k", [(11, 4), (16, 16), (3, 5), (40, 7)])
+def test_search_equals_brute_force(n, k):
+    store, keys, values = filled_store(n=n)
+    keys, values = keys[:, :, -16:], values[:, :, -16:]            # what a capacity of 16 keeps
+    queries = torch.randn(3, 2, 6, 5, generator=torch.Generator().manual_seed(1))
+    found_keys, found_values, found = store.search(queries, k)
+    for b in range(3):
+        for h in range(2):
+            for t in range(6):
+                scores = [(queries[b, h, t] @ keys[b, h, j]).item() for j in range(keys.size(2))]
+                best = sorted(range(len(scores)), key=lambda j: -scores[j])[:k]
+                n_found = min(k, len(scores))
+                assert found[b, h, t].tolist() == [True] * n_found + [False] * (min(k, 16) - n_found)
+                torch.testing.assert_close(found_keys[b, h, t, :n_found], keys[b, h, best])
+                torch.testing.assert_close(found_values[b, h, t, :n_found], values[b, h, best])
+
+
+def test_eviction_is_first_in_first_out_and_capacity_is_a_bound():
+    store = KNNMemory(1, 1, 1, capacity=5)
+    for start in range(0, 12, 3):                                   # 0..11 in chunks of 3
+        chunk = torch.arange(start, start + 3, dtype=torch.float).view(1, 1, 3, 1)
+        store.add(chunk, -chunk)
+        keys, values = store.stored(0)
+        expected = torch.arange(max(0, start + 3 - 5), start + 3, dtype=torch.float)
+        assert keys.flatten().tolist() == expected.tolist() and values.flatten().tolist() == (-expected).tolist()
+        assert int(store.length[0]) == min(start + 3, 5) <= store.capacity and store.keys.size(2) == 5
+    store.add(torch.arange(20.).view(1, 1, 20, 1), torch.zeros(1, 1, 20, 1))     # more than the capacity at once
+    assert store.stored(0)[0].flatten().tolist() == [15., 16., 17., 18., 19.]
+
+
+def test_streams_are_isolated_and_clear_empties_only_the_given_ones():
+    store, keys, _ = filled_store(B=3, n=6)
+    queries = torch.randn(3, 2, 4, 5, generator=torch.Generator().manual_seed(2))
+    found_keys = store.search(queries, 6)[0]                        # k = everything stored
+    for b in range(3):
+        for h in range(2):                                          # a stream finds its own keys, all of them
+            assert {tuple(x) for x in found_keys[b, h, 0].tolist()} == {tuple(x) for x in keys[b, h].tolist()}
+    store.clear([1])
+    assert store.length.tolist() == [6, 0, 6]
+    assert not store.search(queries, 3)[2][1].any() and store.search(queries, 3)[2][0].all()
+    store.add(keys[:, :, :2], keys[:, :, :2])
+    assert store.length.tolist() == [8, 2, 8] and torch.equal(store.stored(1)[0], keys[1, :, :2])
+
+
+@pytest.mark.parametrize("bad, message", [
+    (lambda s: s.add(torch.zeros(2, 2, 3, 5), torch.zeros(2, 2, 3, 5)), r"\(3, 2, n, 5\)"),
+    (lambda s: s.add(torch.zeros(3, 2, 3, 5), torch.zeros(3, 2, 4, 5)), "differ in shape"),
+    (lambda s: s.search(torch.zeros(3, 2, 1, 4), 2), "queries"),
+    (lambda s: s.search(torch.zeros(3, 2, 1, 5), 0), "k must be"),
+    (lambda s: s.clear([3]), "streams must be"),
+])
+def test_bad_input_changes_nothing(bad, message):
+    store, _, _ = filled_store()
+    before = (store.keys.clone(), store.values.clone(), store.length.clone(), store.next.clone())
+    with pytest.raises(ValueError, match=message):
+        bad(store)
+    assert all(torch.equal(a, b) for a, b in zip(before, (store.keys, store.values, store.length, store.next)))
+
+
+def config(**options):
+    return TXLConfig(n_token=30, n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=24,
+                     **{**dict(tgt_len=5, mem_len=5, knn_layer=1, knn_capacity=64, knn_top_k=3), **options})
+
+
+def twins(**options):
+    torch.manual_seed(0)
+    knn = KNNTransformerXL(config(**options)).eval()
+    plain = TransformerXL(config(**{**options, "knn_layer": None})).eval()
+    plain.load_state_dict({k: v for k, v in knn.state_dict().items() if not k.endswith("attn.gate")})
+    return knn, plain
+
+
+@pytest.mark.parametrize("options", [dict(), dict(pre_lnorm=True, untie_r=True), dict(knn_layer=0)])
+def test_with_an_empty_store_the_layer_is_xl_attention_scaled_by_the_gate(options):
+    knn, plain = twins(**options)
+    ours, theirs = knn.knn_attention, plain.layers[knn.config.knn_layer].attn
+    x, mem = torch.randn(2, 5, 16), torch.randn(2, 3, 16)
+    r, mask = plain.positions_and_mask(5, 3, None)
+    u, v = plain.biases(knn.config.knn_layer)
+    ours.memory, ours.evict = KNNMemory(2, 2, 8, 64), 0
+    with torch.no_grad():
+        ours.gate.copy_(torch.tensor([0.7, -1.3]))
+        g = ours.gate.sigmoid()[:, None, None]
+        score, val = theirs.scores(x, r, u, v, mem)
+        expected = theirs.output(x, (1 - g) * theirs.weighted_values(score, val, mask))
+        torch.testing.assert_close(ours(x, r, u, v, mask, mem), expected)
+
+
+def test_gate_closed_equals_transformer_xl_over_many_segments():
+    knn, plain = twins()
+    x = torch.randint(30, (2, 40))
+    mk, mp = None, None
+    with torch.no_grad():
+        knn.knn_attention.gate.fill_(-1e4)
+        for segment in x.split(5, dim=1):
+            a, b = knn(segment, mems=mk), plain(segment, mems=mp)
+            torch.testing.assert_close(a.logits, b.logits, atol=1e-6, rtol=0)
+            mk, mp = a.mems, b.mems
+    assert knn.knn_memory.length.tolist() == [35, 35]               # 40 positions, the last 5 still in the window
+
+
+def test_positions_enter_the_store_exactly_when_they_leave_the_window():
+    knn, _ = twins(mem_len=7)
+    x = torch.randint(30, (2, 23))
+    mems, total = None, 0
+    with torch.no_grad():
+        for segment in x.split(5, dim=1):
+            mems, total = knn(segment, mems=mems).mems, total + segment.size(1)
+            assert int(knn.knn_memory.length[0]) == max(0, total - 7)   # window + store = everything, no overlap
+            assert mems[0].size(1) == min(7, total)
+        full = knn(x[:, :16])                                        # one call (mem_len 7): 9 positions evicted
+        _, k, v = knn.knn_attention.project(full.hiddens[1])          # keys of layer 1 from its inputs
+    keys, values = knn.knn_memory.stored(0)
+    torch.testing.assert_close(keys, k[0, :, :9]); torch.testing.assert_close(values, v[0, :, :9])
+
+
+def test_the_store_is_not_differentiated_through_and_gradients_reach_the_gate():
+    knn, _ = twins()
+    x, y = torch.randint(30, (2, 10)), torch.randint(30, (2, 10))
+    knn.train()
+    first = knn(x[:, :5], targets=y[:, :5])
+    first.loss.mean().backward()                                     # the store was filled from this graph
+    assert not knn.knn_memory.keys.requires_grad and not knn.knn_memory.values.requires_grad
+    knn.zero_grad()
+    second = knn(x[:, 5:], mems=first.mems, targets=y[:, 5:])
+    second.loss.mean().backward()
+    assert knn.knn_attention.gate.grad is not None and knn.knn_attention.gate.grad.abs().sum() > 0
+
+
+def test_a_batch_must_match_the_store_and_bad_input_leaves_it_alone():
+    knn, _ = twins()
+    out = knn(torch.randint(30, (2, 5)))
+    out = knn(torch.randint(30, (2, 5)), mems=out.mems)
+    store, length = knn.knn_memory, knn.knn_memory.length.clone()
+    with pytest.raises(ValueError, match="streams, the batch has 3"):
+        knn(torch.randint(30, (3, 5)), mems=[torch.zeros(3, 5, 16)] * 2)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        knn(torch.full((2, 5), 99))
+    with pytest.raises(ValueError, match="targets"):
+        knn(torch.randint(30, (2, 5)), targets=torch.zeros(2, 4, dtype=torch.long))
+    assert knn.knn_memory is store and torch.equal(store.length, length)
+
+
+def test_config_and_checkpoint():
+    for bad, message in [(dict(knn_layer=2), "knn_layer"), (dict(knn_top_k=100), "exceeds"),
+                         (dict(knn_capacity=0), "knn_capacity"), (dict(attn_type=1), "attn_type=0")]:
+        with pytest.raises(ValueError, match=message):
+            config(**bad)
+    with pytest.raises(ValueError, match="KNNTransformerXL"):
+        TransformerXL(config())
+    with pytest.raises(ValueError, match="needs config.knn_layer"):
+        KNNTransformerXL(config(knn_layer=None))
+
+
+def test_checkpoint_round_trip(tmp_path):
+    knn, _ = twins()
+    save_checkpoint(tmp_path / "knn.pt", knn, step=2)
+    again, step = load_checkpoint(tmp_path / "knn.pt", build=KNNTransformerXL)
+    x = torch.randint(30, (1, 5))
+    with torch.no_grad():
+        torch.testing.assert_close(again.eval()(x).logits, knn(x).logits)
