@@ -159,3 +159,8 @@ class Validator:
         bits = evaluate(model, self.inputs, self.targets, self.tgt_len, self.mem_len).bits_per_token
         self.history.append((step, bits))
         return bits
+
+# %% ../notebooks/00b_training.ipynb #c023
+if __name__ == "__main__" and "__file__" in globals():            # run as a program, not in a notebook kernel
+    from txl_lib.cli import train_command
+    train_command()

@@ -1,0 +1,129 @@
+"""Corpora (chapter 11), offline: a local HTTP server that honours Range requests serves a small archive the test
+makes; download, resume, verification, atomicity, splits, local files and folders."""
+import hashlib
+import http.server
+import threading
+import zipfile
+
+import pytest
+import torch
+
+from txl_lib.corpora import Source, SOURCES, download, load_splits, prepare
+
+DATA = bytes(range(32, 127)) * 100 + "é ü".encode("utf-8") * 50       # 9,500 + 250 bytes, non-ASCII included
+
+
+class RangeHandler(http.server.BaseHTTPRequestHandler):
+    "Serves the server's `files` {path: bytes}; honours `Range: bytes=N-` unless the server says not to."
+    def do_GET(self):
+        body = self.server.files.get(self.path)
+        self.server.requests.append((self.path, self.headers.get("Range")))
+        if body is None:
+            self.send_error(404); return
+        start = int(self.headers["Range"].split("=")[1].rstrip("-")) if self.headers.get("Range") and \
+            self.server.ranges else 0
+        self.send_response(206 if start else 200)
+        self.send_header("Content-Length", str(len(body) - start)); self.end_headers()
+        self.wfile.write(body[start:])
+
+    def log_message(self, *args): pass
+
+
+@pytest.fixture
+def server():
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), RangeHandler)
+    httpd.files, httpd.requests, httpd.ranges = {}, [], True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown(); httpd.server_close()
+
+
+def archive_bytes(member: str, data: bytes) -> bytes:
+    import io
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr(member, data)
+    return buffer.getvalue()
+
+
+def source_for(server, data=DATA, digest=None):
+    url = f"http://127.0.0.1:{server.server_port}/tiny8.zip"
+    server.files["/tiny8.zip"] = archive_bytes("tiny8", data)
+    return Source("tiny8", url, "tiny8", len(data), digest or "sha256:" + hashlib.sha256(data).hexdigest(),
+                  (len(data) - 1000, 500, 500))
+
+
+def test_download_verify_split_and_reuse_the_cache(server, tmp_path):
+    source = source_for(server)
+    corpus = load_splits("tiny8", tmp_path, download=True, sources={"tiny8": source})
+    assert [len(corpus.train), len(corpus.valid), len(corpus.test)] == [len(DATA) - 1000, 500, 500]
+    decoded = "".join(corpus.vocab.decode(part) for part in (corpus.train, corpus.valid, corpus.test))
+    assert decoded.encode("latin-1") == DATA                           # one symbol per byte, nothing lost
+    assert len(corpus.vocab) == len(set(DATA))
+    assert sorted(p.name for p in (tmp_path / "tiny8").iterdir()) == ["tiny8", "tiny8.zip"]
+    server.shutdown()                                                  # from now on, no network
+    again = load_splits("tiny8", tmp_path, download=False, sources={"tiny8": source})
+    assert torch.equal(again.train, corpus.train)
+
+
+def test_an_interrupted_download_resumes_with_a_range_request(server, tmp_path):
+    source = source_for(server)
+    whole = server.files["/tiny8.zip"]
+    part = tmp_path / "tiny8.zip.part"
+    half = len(whole) // 2
+    part.write_bytes(whole[:half])                                     # what an interrupted attempt left
+    download(source.url, tmp_path / "tiny8.zip")
+    assert server.requests[-1] == ("/tiny8.zip", f"bytes={half}-")
+    assert (tmp_path / "tiny8.zip").read_bytes() == whole and not part.exists()
+
+
+def test_a_server_without_ranges_restarts_the_part_file(server, tmp_path):
+    source = source_for(server)
+    server.ranges = False
+    (tmp_path / "tiny8.zip.part").write_bytes(b"garbage" * 10)
+    download(source.url, tmp_path / "tiny8.zip")
+    assert (tmp_path / "tiny8.zip").read_bytes() == server.files["/tiny8.zip"]
+
+
+def test_a_wrong_digest_keeps_nothing_extracted(server, tmp_path):
+    source = source_for(server, digest="sha256:" + "0" * 64)
+    with pytest.raises(ValueError, match="expected"):
+        prepare(source, tmp_path, download_missing=True)
+    assert sorted(p.name for p in (tmp_path / "tiny8").iterdir()) == ["tiny8.zip"]   # no member, no temporary file
+
+
+def test_a_corrupt_archive_is_refused(tmp_path):
+    source = Source("tiny8", "http://127.0.0.1:9/tiny8.zip", "tiny8", 3, "sha256:00", (1, 1, 1))
+    (tmp_path / "tiny8").mkdir()
+    (tmp_path / "tiny8" / "tiny8.zip").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="not a zip archive"):
+        prepare(source, tmp_path)
+    assert sorted(p.name for p in (tmp_path / "tiny8").iterdir()) == ["tiny8.zip"]
+
+
+def test_nothing_downloads_unless_asked(server, tmp_path):
+    source = source_for(server)
+    with pytest.raises(FileNotFoundError, match="--download"):
+        load_splits("tiny8", tmp_path, sources={"tiny8": source})
+    assert server.requests == [] and not (tmp_path / "tiny8").exists()
+
+
+def test_standard_sources_have_the_standard_splits():
+    for name in ("enwik8", "text8"):
+        source = SOURCES[name]
+        assert source.splits == (90_000_000, 5_000_000, 5_000_000) and sum(source.splits) == source.size
+
+
+def test_local_files_and_folders(tmp_path):
+    (tmp_path / "a.txt").write_text("hello world " * 200)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.txt").write_text("goodbye " * 100)
+    one = load_splits(str(tmp_path / "a.txt"))
+    n = len("hello world " * 200)
+    assert len(one.train) + len(one.valid) + len(one.test) == n and len(one.valid) == n // 20
+    folder = load_splits(str(tmp_path))
+    text = "".join(folder.vocab.decode(p) for p in (folder.train, folder.valid, folder.test))
+    assert text == "hello world " * 200 + "\n" + "goodbye " * 100
+    with pytest.raises(FileNotFoundError, match="neither"):
+        load_splits(str(tmp_path / "missing"))
