@@ -18,7 +18,7 @@ STAMP := $(ENV_DIR)/.txl-installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 NBEXEC := $(BIN)/jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout=600
 
-.PHONY: help install run test lab outputs export sync-check bench clean
+.PHONY: help install run test lab outputs export sync-check bench html clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -60,6 +60,9 @@ outputs: $(STAMP)  ## for authors: re-execute the notebooks in place, storing th
 
 bench: $(STAMP)  ## the speed benchmark of chapter 07
 	$(BIN)/python -m txl_lib.bench
+
+html: $(STAMP)  ## the series as a static site in build/html/ (from the committed notebooks; nothing is executed)
+	$(BIN)/python -m txl_lib.book
 
 lab: $(STAMP)  ## read the series in JupyterLab
 	$(BIN)/jupyter lab notebooks/
