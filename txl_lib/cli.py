@@ -4,7 +4,8 @@
 
 # %% auto #0
 __all__ = ['PRESETS', 'parse_args', 'build_config', 'setup_distributed', 'local_streams', 'gather', 'atomic_save', 'save_state',
-           'load_state', 'evaluation_settings', 'evaluate_bits', 'training_step', 'write_log', 'run', 'train_command']
+           'load_state', 'evaluation_settings', 'evaluate_bits', 'training_step', 'write_log', 'build_run', 'start',
+           'report', 'run', 'train_command']
 
 # %% ../notebooks/11a_commands.ipynb #c001
 import argparse, ast, contextlib, dataclasses, json, math, os, sys, tempfile
@@ -166,10 +167,8 @@ def write_log(out: Path, log: dict):
     (out / "log.json").write_text(json.dumps(log))
 
 # %% ../notebooks/11a_commands.ipynb #c011
-def run(args: argparse.Namespace) -> dict:
-    "Train as the arguments say; returns the log (losses, evaluations, final bits per symbol)."
-    rank, world = setup_distributed(args.device)
-    device, out = torch.device(args.device), Path(args.out)
+def build_run(args: argparse.Namespace, rank: int, world: int, device):
+    "The corpus, model, optimizer and schedule of a run, and this process's share of the training streams."
     corpus = load_splits(args.data, args.cache_dir, args.download)
     config = build_config(args.preset, args.set, len(corpus.vocab))
     seed_everything(args.seed)
@@ -178,16 +177,33 @@ def run(args: argparse.Namespace) -> dict:
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     warmup = max(1, args.steps // 10) if args.warmup is None else args.warmup
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, args.steps, warmup))
-    streams = local_streams(corpus.train, args.batch_size, rank, world).to(device)
-    n_segments, T = (streams.size(1) - 1) // config.tgt_len, config.tgt_len
-    step, position, mems, log = 0, 0, None, {"loss": [], "eval": []}
+    return corpus, model, optimizer, schedule, local_streams(corpus.train, args.batch_size, rank, world).to(device)
+
+def start(args, out: Path, corpus, model, optimizer, schedule, rank: int, world: int, device):
+    "(step, position, mems, log): restored with --resume; else from scratch, with the run folder and vocab.json made."
     if args.resume:
         step, position, mems = load_state(out, model, optimizer, schedule, rank, world, device)
-        log = json.loads((out / "log.json").read_text())
-    elif rank == 0:
+        return step, position, mems, json.loads((out / "log.json").read_text())
+    if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         (out / "vocab.json").write_text(json.dumps(corpus.vocab.itos))
-    ddp = DistributedDataParallel(model) if world > 1 else model
+    return 0, 0, None, {"loss": [], "eval": []}
+
+def report(model, corpus, args, log: dict, step: int, out: Path, device):
+    "The final evaluation: into the log, and one printed line."
+    log["final_bits"] = evaluate_bits(model, corpus.valid, args, device)
+    write_log(out, log)
+    print(f"final: {log['final_bits']:.4f} bits per symbol on {min(args.eval_tokens, len(corpus.valid)):,} "
+          f"validation symbols ({args.data}, step {step})")
+
+def run(args: argparse.Namespace) -> dict:
+    "Train as the arguments say; returns the log (losses, evaluations, final bits per symbol)."
+    rank, world = setup_distributed(args.device)
+    device, out = torch.device(args.device), Path(args.out)
+    corpus, model, optimizer, schedule, streams = build_run(args, rank, world, device)
+    step, position, mems, log = start(args, out, corpus, model, optimizer, schedule, rank, world, device)
+    ddp, T = DistributedDataParallel(model) if world > 1 else model, model.config.tgt_len
+    n_segments = (streams.size(1) - 1) // T
     model.train()
     with progress(total=args.steps, desc="train ", updates=20) if rank == 0 else contextlib.nullcontext() as bar:
         if bar is not None:
@@ -199,8 +215,7 @@ def run(args: argparse.Namespace) -> dict:
             mems = None if position == 0 else mems                     # the streams start over
             log["loss"].append(loss)
             if rank == 0 and args.eval_every and step % args.eval_every == 0:
-                log["eval"].append((step, evaluate_bits(model, corpus.valid, args, device)))
-                model.train()
+                log["eval"].append((step, evaluate_bits(model, corpus.valid, args, device))); model.train()
             if args.save_every and step % args.save_every == 0 or step in (args.steps, args.stop_after):
                 save_state(out, model, optimizer, schedule, step, position, mems, rank, world)
                 if rank == 0:
@@ -208,10 +223,7 @@ def run(args: argparse.Namespace) -> dict:
             if bar is not None:
                 bar.set_postfix_str(f" loss {loss:.3f}", refresh=False); bar.update()
     if rank == 0:
-        log["final_bits"] = evaluate_bits(model, corpus.valid, args, device)
-        write_log(out, log)
-        print(f"final: {log['final_bits']:.4f} bits per symbol on {min(args.eval_tokens, len(corpus.valid)):,} "
-              f"validation symbols ({args.data}, step {step})")
+        report(model, corpus, args, log, step, out, device)
     return log
 
 def train_command(argv=None) -> dict:
