@@ -91,3 +91,8 @@ def test_an_uneven_batch_split_is_refused(tmp_path):
     from txl_lib.cli import local_streams
     with pytest.raises(ValueError, match="divisible"):
         local_streams(torch.arange(100), 5, 0, 2)
+
+
+def test_bfloat16_autocast_trains(tmp_path):
+    log = train_command(SMALL + ["--steps", "3", "--bf16", "--out", str(tmp_path / "bf16")])
+    assert len(log["loss"]) == 3 and all(0 < loss < 10 for loss in log["loss"]) and log["final_bits"] < 10
