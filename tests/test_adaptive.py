@@ -62,7 +62,7 @@ def test_per_token_nll_and_log_probs_equal_the_port_over_segments_with_memory(op
             targets = torch.cat([seg[:, 1:], torch.full((B, 1), IGNORE)], 1)
             mine, probs = ours(seg, mems=our_mems, targets=targets), ours(seg, mems=our_mems)
             assert mine.logits is None
-            torch.testing.assert_close(probs.logits, theirs.prediction_scores, atol=1e-5, rtol=0)
+            torch.testing.assert_close(probs.logits, theirs.prediction_scores, atol=1e-5, rtol=1e-6)   # log-probs reach -35: a few float32 ulps
             flat = seg[:, 1:].reshape(-1)                  # the port returns them grouped by cluster (keep_order=False)
             edges = [0, *port.config.cutoffs, V]
             grouped = torch.cat([((flat >= lo) & (flat < hi)).nonzero().squeeze(1) for lo, hi in zip(edges, edges[1:])])

@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .model import TXLConfig, TransformerXL, load_checkpoint
+from .model import TXLConfig, TransformerXL, load_checkpoint, check_expected
 from .convert import rename_original, fill_tied, check_against, from_original, config_from_hf
 
 # %% ../notebooks/09_adaptive_softmax.ipynb #c007
@@ -210,11 +210,6 @@ def _hf_weights(folder: Path) -> dict:
         return _torch_file(folder / "pytorch_model.bin")
     raise FileNotFoundError(f"{folder} has neither model.safetensors nor pytorch_model.bin")
 
-def _refuse_other(config: TXLConfig, expected: TXLConfig | None, path):
-    if expected is not None and config != expected:
-        differ = {k: (getattr(expected, k), getattr(config, k)) for k in vars(config) if getattr(config, k) != getattr(expected, k)}
-        raise ValueError(f"{path} holds a model of another config: (expected, found) {differ}")
-
 def load_pretrained(path, config: TXLConfig | None = None) -> TransformerXL:
     "A HuggingFace TransfoXL folder, a txl_lib checkpoint, or an original state-dict file (needs `config`), in eval mode."
     path = Path(path)
@@ -222,7 +217,7 @@ def load_pretrained(path, config: TXLConfig | None = None) -> TransformerXL:
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"{path} is a folder without config.json: not a HuggingFace checkpoint")
         found = config_from_hf(json.loads((path / "config.json").read_text()))
-        _refuse_other(found, config, path)
+        check_expected(found, config, path)
         return from_state_dict(_hf_weights(path), found, source="hf").eval()
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")

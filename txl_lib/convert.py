@@ -68,9 +68,8 @@ def fill_tied(model: torch.nn.Module, ours: dict) -> dict:
         if stored and not all(torch.equal(t, stored[0]) for t in stored[1:]):
             raise ValueError(f"the config ties {names} (tie_weight / tie_projs) but the checkpoint holds different "
                              f"tensors for them")
-        for n in names:
-            if stored:
-                ours.setdefault(n, stored[0])
+        for n in names if stored else []:
+            ours.setdefault(n, stored[0])
     return ours
 
 def check_against(model: torch.nn.Module, ours: dict):

@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['TXLConfig', 'DecoderLayer', 'check_token_ids', 'check_targets', 'check_mems', 'init_weights', 'TransformerXL',
-           'InferenceCache', 'generate', 'save_checkpoint', 'load_checkpoint']
+           'InferenceCache', 'generate', 'save_checkpoint', 'atomic_save', 'check_expected', 'load_checkpoint']
 
 # %% ../notebooks/06_model.ipynb #c001
 import math, os, tempfile
@@ -358,15 +358,19 @@ def save_checkpoint(path, model: TransformerXL, step: int = 0) -> Path:
     if not path.parent.is_dir():
         raise FileNotFoundError(f"cannot save {path}: the folder {path.parent} does not exist")
     payload = {"config": asdict(model.config), "model": model.state_dict(), "step": check_int("step", step)}
+    atomic_save(payload, path)
+    return path
+
+def atomic_save(obj, path: Path):
+    "torch.save to a temporary file in the same folder, then rename: `path` is the old file or the new, never half."
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
+            torch.save(obj, f)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-    return path
 
 def _read_checkpoint(path) -> dict:
     "The payload of a txl_lib checkpoint, read with weights_only=True; anything else is a clear error."
@@ -380,6 +384,12 @@ def _read_checkpoint(path) -> dict:
         raise ValueError(f"{path} is not a txl_lib checkpoint: expected the keys config, model, step")
     return payload
 
+def check_expected(config: TXLConfig, expected: TXLConfig | None, path):
+    "With `expected`, a checkpoint's config that differs is an error listing the fields (expected, found)."
+    if expected is not None and config != expected:
+        differ = {k: (v, getattr(config, k)) for k, v in asdict(expected).items() if getattr(config, k) != v}
+        raise ValueError(f"{path} holds a model of another config: (expected, found) {differ}")
+
 def load_checkpoint(path, expected: TXLConfig | None = None, build=TransformerXL) -> tuple[TransformerXL, int]:
     "The model (made by `build(config)`) and step stored by `save_checkpoint`; `expected`: refuse another config."
     payload = _read_checkpoint(path)
@@ -387,9 +397,7 @@ def load_checkpoint(path, expected: TXLConfig | None = None, build=TransformerXL
     if not payload["config"].keys() <= names:
         raise ValueError(f"{path} has config keys this version does not know: {sorted(payload['config'].keys() - names)}")
     config = TXLConfig(**payload["config"])
-    if expected is not None and config != expected:
-        differ = {k: (v, getattr(config, k)) for k, v in asdict(expected).items() if getattr(config, k) != v}
-        raise ValueError(f"{path} holds a model of another config: (expected, found) {differ}")
+    check_expected(config, expected, path)
     model = build(config)
     try:
         model.load_state_dict(payload["model"])
