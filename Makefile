@@ -4,12 +4,16 @@ SHELL := /bin/bash
 
 PYTHON ?= python3
 TORCH ?= torch==2.13.0
+# Where torch comes from when pip cannot find the pinned wheel on this disk. PyPI's torch for Linux is a
+# multi-GB CUDA build, so on Linux the default is PyTorch's CPU index; `TORCH_INDEX=` (empty) means PyPI.
+TORCH_INDEX ?= $(if $(filter Linux,$(shell uname -s)),https://download.pytorch.org/whl/cpu)
 ENV_NAME := $(shell sed -n 's/^name: *//p' environment.yml)
 
-# An active conda env made from environment.yml is used as is; otherwise a local .venv.
+# An active conda env made from environment.yml is used as is (its PyTorch from conda-forge); otherwise a local .venv.
 ifeq ($(CONDA_DEFAULT_ENV),$(ENV_NAME))
   BIN := $(CONDA_PREFIX)/bin
   ENV_DIR := $(CONDA_PREFIX)
+  TORCH :=# conda-forge installed PyTorch with the environment
 else
   BIN := $(CURDIR)/.venv/bin
   ENV_DIR := $(CURDIR)/.venv
@@ -18,18 +22,19 @@ STAMP := $(ENV_DIR)/.txl-installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 NBEXEC := $(BIN)/jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout=600
 
-.PHONY: help install run test lab outputs export sync-check bench html clean
+.PHONY: help install run test lab outputs export sync-check bench reference html clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-# Re-install only when pyproject.toml changes. The pinned CPU torch goes first, so that
-# the `torch>=` range of the project does not pull a multi-GB CUDA build.
+# Re-install only when pyproject.toml changes. The pinned torch goes first, so that the `torch>=` range
+# of the project does not pull a CUDA build: a wheel pip finds locally (no index asked), else TORCH_INDEX.
 $(STAMP): pyproject.toml
 	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(ENV_DIR)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	@[ -z "$(TORCH)" ] || $(BIN)/python -m pip install --quiet --no-index --no-deps "$(TORCH)" 2>/dev/null \
+	  || $(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
+	$(BIN)/python -m pip install --quiet $(TORCH) -e ".[dev]"
 	@touch $@
 
 install: $(STAMP)  ## create the environment (done by every target on first use)
@@ -61,11 +66,14 @@ outputs: $(STAMP)  ## for authors: re-execute the notebooks in place, storing th
 bench: $(STAMP)  ## the speed benchmark of chapter 07
 	$(BIN)/python -m txl_lib.bench
 
+reference: $(STAMP)  ## retrain the reference models some chapters load (reference/*.py, fixed seeds; about an hour)
+	@for script in $(sort $(wildcard reference/*.py)); do echo "running $$script"; $(BIN)/python $$script || exit 1; done
+
 html: $(STAMP)  ## the series as a static site in build/html/ (from the committed notebooks; nothing is executed)
 	$(BIN)/python -m txl_lib.book
 
 lab: $(STAMP)  ## read the series in JupyterLab
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
 
 clean:  ## remove build outputs and caches (keeps .venv)
 	rm -rf build .pytest_cache .hypothesis
