@@ -1,4 +1,4 @@
-"""Chapters 02-05 against brute force: update_memory, relative_positions, rel_shift, the attention layer."""
+"""Chapters 02-05 against brute force: update_memory, relative_positions, rel_shift, the masks, the attention layer."""
 import math
 
 import pytest
@@ -8,6 +8,7 @@ from hypothesis import given, settings, strategies as st
 from txl_lib.attention import RelativeMultiHeadAttention, attention_mask, rel_shift
 from txl_lib.memory import update_memory
 from txl_lib.positions import relative_positions
+from txl_lib.vanilla import VanillaTransformerLM
 
 shapes = st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 6), st.integers(0, 9))  # B, H, T, M
 
@@ -57,6 +58,38 @@ def test_update_memory_keeps_the_last_positions_detached(B, segment_lengths, mem
         assert all(m.shape == (B, kept, 4) and not m.requires_grad for m in memory)
         torch.testing.assert_close(memory[0], stream[:, start - kept:start].detach(), rtol=0, atol=0)
         torch.testing.assert_close(memory[1], 2 * stream[:, start - kept:start].detach(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("memory_at", [-5, 0, 3])
+def test_vanilla_memory_at_distinct_positions_equals_one_long_forward(memory_at):
+    """Chapter 02's controls: a memory at positions p..p+T-1 and the segment after it is one pass over both."""
+    torch.manual_seed(0)
+    model = VanillaTransformerLM(11, n_layer=2, n_head=2, d_model=8, d_inner=16).eval()
+    previous, current = torch.randint(11, (2, 3, 5))
+    memory = update_memory(None, model(previous, first_position=memory_at).hiddens, mem_len=5)
+    with_memory = model(current, mems=memory, first_position=memory_at + 5).logits
+    one_pass = model(torch.cat([previous, current], 1), first_position=memory_at).logits[:, 5:]
+    torch.testing.assert_close(with_memory, one_pass)
+
+
+def originals_same_length_mask(T, M, mem_len):
+    """The original's construction (MemTransformerLM._forward, same_length), restated: triu + tril of ones."""
+    ones = torch.ones(T, M + T)
+    beyond = M + T - mem_len
+    shift = T - beyond if beyond > 0 else T
+    return (torch.triu(ones, 1 + M) + torch.tril(ones, -shift)) > 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 8), st.integers(0, 12), st.integers(0, 24))
+def test_same_length_mask_equals_the_originals(T, M, mem_len):
+    ours, original = attention_mask(T, M, same_length=True, mem_len=mem_len), originals_same_length_mask(T, M, mem_len)
+    if mem_len > 0:
+        assert torch.equal(ours, original)
+    else:   # the original hides every key, the query itself included (a NaN softmax); we keep the query visible
+        query_itself = torch.ones(T, M + T).triu(M).tril(M) > 0                   # key j = M + i
+        assert original.all() and torch.equal(ours, original & ~query_itself)
+    assert ((~ours).sum(1) == torch.arange(M + 1, M + T + 1).clamp(max=max(mem_len, 1))).all()
 
 
 def reference_attention(layer, x, mem, u, v, same_length, mem_len):

@@ -71,7 +71,7 @@ def test_recall_answer_is_the_queried_value_far_back():
         positions = [p for p in range(0, 6, 2) if x[p] == key]
         assert len(positions) == 1
         assert y[-1] == x[positions[0] + 1]
-        assert len(x) - 1 - (positions[0] + 1) >= 30
+        assert len(x) - 1 - (positions[0] + 1) == 30 + (4 - positions[0])   # `distance` for the last pair, +2 before
         assert (y[:-1] == IGNORE).all()
     assert task.inputs.max() < task.n_token
 
@@ -81,3 +81,25 @@ def test_sort_targets_are_the_sorted_digits():
     for x, y in zip(task.inputs, task.targets):
         assert y[4:].tolist() == sorted(x[:5].tolist())
         assert (y[:4] == IGNORE).all()
+
+
+def originals_ordered_batches(ids, batch_size, bptt):
+    """The original's LMOrderedIterator (data_utils.py, ext_len = 0), restated: time-major (steps, B) streams, fixed
+    bptt, the last batch shorter."""
+    n_step = len(ids) // batch_size
+    data = ids[:n_step * batch_size].view(batch_size, n_step).t()          # (n_step, B): column b is stream b
+    for i in range(0, n_step - 1, bptt):
+        seq_len = min(bptt, n_step - 1 - i)
+        yield data[i:i + seq_len], data[i + 1:i + 1 + seq_len]
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(4, 300), batch_size=st.integers(1, 8), tgt_len=st.integers(1, 40))
+def test_segments_are_the_originals_ordered_iterator_batch_first(n, batch_size, tgt_len):
+    if n // batch_size < 2:
+        return
+    ours = list(Segments(batchify(torch.arange(n), batch_size), tgt_len))
+    theirs = list(originals_ordered_batches(torch.arange(n), batch_size, tgt_len))
+    assert len(ours) == len(theirs)
+    for (x, y), (x_time_major, y_time_major) in zip(ours, theirs):
+        assert torch.equal(x, x_time_major.t()) and torch.equal(y, y_time_major.t())

@@ -107,6 +107,7 @@ class AppendBuffer:
         "Keep the last `keep` positions."
         self.start = max(self.start, self.end - keep)
 
+# %% ../notebooks/05_relative_shift.ipynb #c114
 class LayerCache:
     "What one layer keeps between inference calls while its weights are frozen."
     def __init__(self):
@@ -118,6 +119,7 @@ class LayerCache:
         "Keys and values (B, H, M+T, D) of [memory, new], without concatenating copies of the memory."
         return self.kv.append(torch.stack([keys, values])).unbind(0)
 
+# %% ../notebooks/05_relative_shift.ipynb #c214
 class RelativeMultiHeadAttention(nn.Module):
     "Transformer-XL attention over [memory, segment] with relative positions, u and v; residual and layer norm."
     def __init__(self, d_model: int, n_head: int, d_head: int, dropout: float = 0.0, dropatt: float = 0.0,

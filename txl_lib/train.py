@@ -73,8 +73,10 @@ def _check_training_args(steps, tgt_len, lr, warmup, clip, evaluator, eval_every
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise ValueError(f"{name} must be a number > 0, got {value!r}")
     if eval_every and not callable(evaluator):
-        raise ValueError(f"eval_every={eval_every} needs an evaluator, a callable (model, step) -> float, got {evaluator!r}")
+        raise ValueError(f"eval_every={eval_every} needs an evaluator, a callable (model, step) -> float, "
+                         f"got {evaluator!r}")
 
+# %% ../notebooks/00b_training.ipynb #c114
 def train(model: torch.nn.Module, documents, steps: int, tgt_len: int, lr: float = 1e-3,
           warmup: int | None = None, clip: float = 0.25, desc: str = "train",
           evaluator=None, eval_every: int = 0) -> list[float]:
@@ -120,6 +122,7 @@ class Evaluation:
         scored = self.targets != IGNORE
         return (self.predicted == self.targets)[scored].float().mean().item()
 
+# %% ../notebooks/00b_training.ipynb #c116
 @contextmanager
 def memory_length(model: torch.nn.Module, mem_len: int | None):
     "Within the block, `model` keeps `mem_len` positions of memory (its `config.mem_len`); None changes nothing."
@@ -134,6 +137,7 @@ def memory_length(model: torch.nn.Module, mem_len: int | None):
     finally:
         model.config.mem_len = saved
 
+# %% ../notebooks/00b_training.ipynb #c216
 @torch.inference_mode()
 def evaluate(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor, tgt_len: int,
              mem_len: int | None = None) -> Evaluation:
@@ -149,6 +153,7 @@ def evaluate(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor
                 predicted.append(out.logits.argmax(-1))
     return Evaluation(torch.cat(losses, 1), torch.cat(predicted, 1) if predicted else None, targets)
 
+# %% ../notebooks/00b_training.ipynb #c316
 class Validator:
     "An `evaluator` for `train`: bits per token on held-out data, read with its own `tgt_len` and `mem_len`."
     def __init__(self, inputs: torch.Tensor, targets: torch.Tensor, tgt_len: int, mem_len: int | None = None):
