@@ -122,7 +122,7 @@ CASES = [
     ("unknown character", lambda e: CharVocab("abc").encode("abd"), ValueError, "not in the vocabulary"),
     ("recall distance", lambda e: recall_task(4, 1), ValueError, "distance"),
     # training and evaluation
-    ("lr 0", lambda e: train(e.model, stream_documents(e.ids), 1, 4, lr=0), ValueError, "lr must be a number > 0"),
+    ("lr 0", lambda e: train(e.model, stream_documents(e.ids), 1, 4, lr=0), ValueError, "lr must be a finite number > 0"),
     ("steps 0", lambda e: train(e.model, stream_documents(e.ids), 0, 4), ValueError, "steps"),
     ("eval_every alone", lambda e: train(e.model, stream_documents(e.ids), 1, 4, eval_every=2), ValueError,
      "needs an evaluator"),
