@@ -162,3 +162,24 @@ def test_checkpoint_round_trip_and_bad_files(tmp_path):
         load_checkpoint(tmp_path / "other.pt")
     with pytest.raises(FileNotFoundError):
         load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_reference_run_of_chapter_06_loads_strictly_and_fits_its_budget():
+    "Every model of reference/06_model loads strictly into the model its log describes; the files stay under 4 MB."
+    import json
+    from pathlib import Path
+    from safetensors.torch import load_file
+    from txl_lib.vanilla import VanillaTransformerLM
+    folder = Path(__file__).parents[1] / "reference" / "06_model"
+    log = json.loads((folder / "training_log.json").read_text())
+    weights = load_file(folder / "models.safetensors")
+    assert sum(f.stat().st_size for f in folder.iterdir()) <= 4 * 2**20
+    builders = {"sort": lambda: TransformerXL(TXLConfig(**log["sort"]["config"])),
+                "pydoc xl": lambda: TransformerXL(TXLConfig(**log["pydoc"]["xl_config"])),
+                "pydoc vanilla": lambda: VanillaTransformerLM(len(log["pydoc"]["vocab"]), **log["pydoc"]["vanilla"])}
+    assert sorted(log["models"]) == sorted(f"{group}/seed {s}" for group in builders for s in log["seeds"])
+    for key in log["models"]:
+        prefix = key + "/"
+        builders[key.split("/")[0]]().load_state_dict({k.removeprefix(prefix): v for k, v in weights.items()
+                                                       if k.startswith(prefix)})
+    assert all(any(k.startswith(key + "/") for key in log["models"]) for k in weights)    # nothing unaccounted for
