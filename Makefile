@@ -20,7 +20,9 @@ else
 endif
 STAMP := $(ENV_DIR)/.txl-installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
-NBEXEC := $(BIN)/jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout=600
+NBEXEC := OMP_NUM_THREADS=1 $(BIN)/jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout=600
+# Notebooks and tests run on one thread: a busy machine does not thrash, and the last bits repeat.
+TEST_ENV := OMP_NUM_THREADS=1
 
 .PHONY: help install run test lab outputs export sync-check bench reference html clean
 
@@ -58,7 +60,7 @@ sync-check: $(STAMP)  ## fail if txl_lib/ is not exactly what the notebooks expo
 	@echo "txl_lib/ is in sync with the notebooks"
 
 test: sync-check  ## sync check, then pytest: nbval over every notebook plus tests/
-	$(BIN)/python -m pytest
+	$(TEST_ENV) $(BIN)/python -m pytest
 
 outputs: $(STAMP)  ## for authors: re-execute the notebooks in place, storing their outputs
 	@for nb in $(or $(NB),$(NOTEBOOKS)); do echo "executing $$nb"; $(NBEXEC) --inplace $$nb || exit 1; done
