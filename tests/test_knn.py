@@ -1,10 +1,18 @@
 """KNN memory (chapter 10): the store against brute force, eviction, capacity, stream isolation, clear; the layer
-reduces to XL attention; nothing is attended twice; gradients stop at the store."""
+reduces to XL attention; nothing is attended twice; gradients stop at the store; Transformer-XL's reach (N M + offset)
+against the store's; the reference run's files and their loader."""
+import importlib.util
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
-from txl_lib.knn import KNNMemory, KNNTransformerXL
+from txl_lib.knn import (RECALL_MODELS, RECALL_RECIPE, KNNMemory, KNNTransformerXL, load_recall_reference,
+                         mixed_recall, recall_config)
 from txl_lib.model import TXLConfig, TransformerXL, save_checkpoint, load_checkpoint
+from txl_lib.train import train
+from txl_lib.utils import seed_everything
 
 
 def filled_store(B=3, H=2, D=5, C=16, n=11, seed=0):
@@ -176,3 +184,62 @@ def test_checkpoint_round_trip(tmp_path):
     x = torch.randint(30, (1, 5))
     with torch.no_grad():
         torch.testing.assert_close(again.eval()(x).logits, knn(x).logits)
+
+
+def last_logits(model, x, T):
+    "Logits at the last position of x (B, S), read in segments of T with memory carried."
+    mems = None
+    with torch.no_grad():
+        for segment in x.split(T, dim=1):
+            out = model(segment, mems=mems)
+            mems = out.mems
+    return out.logits[:, -1]
+
+
+@pytest.mark.parametrize("n_layer, T, M", [(2, 8, 8), (2, 4, 8), (3, 5, 5)])
+def test_xl_cannot_see_beyond_n_layer_times_mem_len_plus_offset_and_the_store_can(n_layer, T, M):
+    torch.manual_seed(0)
+    options = dict(n_token=30, n_layer=n_layer, d_model=16, n_head=2, d_head=8, d_inner=24, tgt_len=T, mem_len=M)
+    xl = TransformerXL(TXLConfig(**options)).eval()
+    knn = KNNTransformerXL(TXLConfig(**options, knn_layer=n_layer - 1, knn_capacity=256, knn_top_k=3)).eval()
+    x = torch.randint(30, (2, 7 * T + 3), generator=torch.Generator().manual_seed(1))
+    reach = n_layer * M + (x.size(1) - 1) % T                  # N M + offset of the last position in its segment
+    def changed_at(distance):
+        y = x.clone()
+        y[:, -1 - distance] = (y[:, -1 - distance] + 1) % 30
+        return y
+    for model, sees_beyond in [(xl, False), (knn, True)]:
+        base = last_logits(model, x, T)
+        assert not torch.equal(base, last_logits(model, changed_at(reach), T))          # the bound is reached
+        assert torch.equal(base, last_logits(model, changed_at(reach + 1), T)) != sees_beyond
+
+
+def test_mixed_recall_alternates_between_the_distances():
+    batches = mixed_recall((6, 40), 50, 4, seed=0)
+    shapes = [next(batches)[0].shape for _ in range(4)]
+    assert shapes == [(4, 8), (4, 42), (4, 8), (4, 42)]             # key, value, filler, QUERY, key
+
+
+def test_the_reference_script_writes_what_load_recall_reference_reads(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("reference_10", Path(__file__).parents[1] / "reference/10_knn_memory.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(script, "OUT", tmp_path / "run")
+    monkeypatch.setattr(script, "SEEDS", (0, 1))
+    monkeypatch.setattr(script, "RECALL_RECIPE", {**RECALL_RECIPE, "steps": 2})
+    script.main()
+    models, log = load_recall_reference(tmp_path / "run")
+    assert list(models) == list(RECALL_MODELS) and all(len(m) == 2 for m in models.values())
+    r = {**RECALL_RECIPE, "steps": 2}
+    for name, with_knn in RECALL_MODELS.items():                     # seed 1 again, by hand: the same weights
+        seed_everything(1)
+        again = (KNNTransformerXL if with_knn else TransformerXL)(recall_config(with_knn))
+        train(again, mixed_recall(r["distances"], r["n_examples"], r["batch_size"], seed=r["data_seed"] + 1),
+              steps=2, tgt_len=r["tgt_len"], lr=r["lr"])
+        loaded = models[name][1].state_dict()
+        assert all(torch.equal(v, loaded[k]) for k, v in again.state_dict().items())
+        assert not torch.equal(loaded["word_emb.weight"], models[name][0].state_dict()["word_emb.weight"])
+    log["configs"]["XL + KNN memory"]["knn_top_k"] = 3
+    (tmp_path / "run" / "training_log.json").write_text(json.dumps(log))
+    with pytest.raises(ValueError, match="another configuration"):
+        load_recall_reference(tmp_path / "run")
