@@ -111,6 +111,7 @@ class VariantPositions(nn.Module):
 # %% ../notebooks/08_attention_variants.ipynb #c008
 class PositionVariantLM(VariantPositions):
     "Transformer-XL with the original's attention type 1, 2 or 3 (type 0 is `TransformerXL`)."
+    uses_cache = False                  # no InferenceCache: `generate` feeds each step the memory alone
     def __init__(self, config: TXLConfig):
         super().__init__(config)
         c, attention = config, LearnedRelativeAttention if config.attn_type == 1 else AbsoluteAttention
@@ -121,9 +122,12 @@ class PositionVariantLM(VariantPositions):
             self.head.weight = self.word_emb.weight
         init_weights(self, c.init_std)                         # Linear, Embedding, LayerNorm; the tables keep theirs
 
-    def forward(self, input_ids: torch.Tensor, mems: list | None = None, targets=None) -> LMOutput:
+    def forward(self, input_ids: torch.Tensor, mems: list | None = None, targets=None, cache=None) -> LMOutput:
         "input_ids (B, T), mems None or one (B, M, E) per layer -> LMOutput(logits (B,T,V), loss, mems, hiddens)."
         c = self.config
+        if cache is not None:
+            raise ValueError(f"attn_type={c.attn_type} takes no InferenceCache (only attention type 0 does): "
+                             f"pass cache=None")
         B, T = check_token_ids("input_ids", input_ids, c.n_token).shape
         check_mems(mems, c, B, self.word_emb.weight); check_targets(targets, c.n_token, (B, T))
         mask = attention_mask(T, 0 if mems is None else mems[0].size(1), c.same_length, c.mem_len, input_ids.device)
