@@ -1,12 +1,15 @@
-"""The benchmark's correctness part and JSON schema (never its speed), and the inference cache it relies on."""
+"""The benchmark's correctness part, counted arithmetic and JSON schema (never its speed), the inference cache it
+relies on, and the README's speed tables against the run stored in chapter 07."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from txl_lib.bench import bench_model, cached_logits, check_same_function, recompute_logits, saved_tensor_bytes
+from txl_lib.bench import (MODES, bench_model, cached_logits, check_same_function, count_flops, readers,
+                           recompute_logits, saved_tensor_bytes)
 from txl_lib.model import InferenceCache, TXLConfig, TransformerXL
 
 
@@ -18,16 +21,43 @@ def test_quick_benchmark_writes_the_documented_records(tmp_path):
     meta = [r for r in records if r["mode"] == "meta"]
     assert len(meta) == 1 and {"device", "torch", "threads"} <= meta[0].keys()
     assert meta[0]["max_logit_difference"] <= 1e-4 and meta[0]["threads"] == 1
-    timed = [r for r in records if r["mode"] in ("recompute", "segment", "generate")]
-    assert {(r["L"], r["mode"]) for r in timed} == {(L, m) for L in (48, 96)
-                                                     for m in ("recompute", "segment", "generate")}
+    timed = [r for r in records if r["mode"] in MODES]
+    assert {(r["L"], r["mode"]) for r in timed} == {(L, m) for L in (48, 96) for m in
+                                                     ("recompute", "segment", "segment_uncached", "generate",
+                                                      "generate_uncached")}
     for r in timed:
-        assert set(r) == {"L", "mode", "ms_per_token", "speedup", "efficiency"}
+        assert set(r) == {"L", "mode", "ms_per_token", "flops_per_token", "gflop_per_s", "speedup", "efficiency"}
         assert r["ms_per_token"] > 0 and r["efficiency"] == pytest.approx(r["speedup"] / r["L"])
+        assert r["gflop_per_s"] == pytest.approx(r["flops_per_token"] / r["ms_per_token"] / 1e6)
         if r["mode"] == "recompute":
             assert r["speedup"] == 1
     train = {r["implementation"]: r for r in records if r["mode"] == "train"}
     assert set(train) == {"hf", "ours"} and train["ours"]["max_loss_difference"] < 1e-4
+
+
+def test_counted_flops_follow_the_cost_formula():
+    "The counter against the matrix products of one call written out by hand: E = 64, F = 128, H·D = 64, V = 256."
+    E, F, HD, V, n_layer, L, T, B = 64, 128, 64, 256, 2, 40, 8, 2
+    model = bench_model(n_layer=n_layer, d_model=E, n_head=2, d_head=32, d_inner=F)
+    flops = count_flops(readers(model, L, T, B))
+    dense = 4 * E * HD + 2 * E * F                      # per position: q, k, v, output projections, feed-forward
+
+    def attention(queries, keys):                       # content and position scores, weighted values
+        return 3 * queries * keys * HD
+
+    def per_token(call, predicted):                     # a multiply-add is two floating-point operations
+        return 2 * call / (B * predicted)
+
+    positions = lambda K: n_layer * K * E * HD          # W_r·R: once per call, shared by the batch
+    segment = B * (n_layer * (T * dense + attention(T, L)) + T * E * V)
+    assert flops["segment"] == per_token(segment, T)    # W_r·R comes from the cache
+    memory = B * n_layer * 3 * (L - T) * E * HD         # q, k, v of the memory again (q too, as the original)
+    assert flops["segment_uncached"] == per_token(segment + memory + positions(L), T)
+    generate = B * (n_layer * (dense + attention(1, L + 1)) + E * V)
+    assert flops["generate"] == per_token(generate, 1)
+    assert flops["generate_uncached"] == per_token(generate + B * n_layer * 3 * L * E * HD + positions(L + 1), 1)
+    recompute = B * (n_layer * (L * dense + attention(L, L)) + L * E * V) + positions(L)
+    assert flops["recompute"] == per_token(recompute, 1)
 
 
 def test_the_check_catches_a_procedure_that_computes_something_else():
@@ -97,3 +127,15 @@ def test_saved_tensor_bytes_counts_activations_not_weights():
     x = torch.randn(8, 100, requires_grad=True)
     _, counted = saved_tensor_bytes(lambda: torch.relu(layer(x)).sum(), layer.parameters())
     assert counted == 8 * 100 * 4 + 8 * 50 * 4               # the input of the matmul, the output of relu
+
+
+def test_the_readme_quotes_the_run_committed_in_chapter_07():
+    "The README's speed tables are the ones chapter 07 printed in its stored run, row for row."
+    root = Path(__file__).parents[1]
+    notebook = json.loads((root / "notebooks" / "07_speed_benchmark.ipynb").read_text())
+    printed = "".join(text for cell in notebook["cells"] if "records = benchmark(" in "".join(cell["source"])
+                      for out in cell["outputs"] for text in out.get("text", []))
+    tables = [line for line in printed.splitlines() if line.startswith("| ")]
+    assert len(tables) >= 10, printed[-500:]
+    readme = (root / "README.md").read_text().splitlines()
+    assert [line for line in tables if line not in readme] == []

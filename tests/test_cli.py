@@ -1,16 +1,23 @@
 """The training and generation commands (chapters 11a, 11b): a few steps on pydoc, exact resume, two DDP processes
-on gloo against one process on the same global batch, and bad arguments."""
+on gloo (an uneven split) against one process on the same global batch, the whole test split against one long
+forward pass, the README's commands as written, and bad arguments."""
 import json
+import math
 import os
+import shlex
 import socket
 import subprocess
 import sys
 
+from pathlib import Path
+
 import pytest
 import torch
 
-from txl_lib.cli import build_config, parse_args, train_command
-from txl_lib.generate import generate_command
+from txl_lib.cli import build_config, local_streams, parse_args, stream_shares, train_command
+from txl_lib.corpora import load_splits
+from txl_lib.data import batchify
+from txl_lib.generate import generate_command, parse_args as generate_args
 from txl_lib.model import load_checkpoint
 
 SMALL = ["--data", "pydoc", "--batch-size", "4", "--set", "n_layer=1", "--set", "d_model=32", "--set", "d_inner=64",
@@ -34,7 +41,8 @@ def test_a_few_steps_then_resume_equals_one_uninterrupted_run(tmp_path, capsys):
     assert "final:" in capsys.readouterr().out
     model, step = load_checkpoint(tmp_path / "a" / "model.pt")
     assert step == 8 and model.config.n_layer == 1
-    assert sorted(json.loads((tmp_path / "a" / "log.json").read_text())) == ["eval", "final_bits", "loss"]
+    assert sorted(json.loads((tmp_path / "a" / "log.json").read_text())) == ["eval", "final_bits", "final_split",
+                                                                             "final_symbols", "loss"]
 
 
 def test_generate_command_continues_a_prompt(tmp_path):
@@ -53,7 +61,7 @@ def free_port() -> str:
 
 
 def test_two_gloo_processes_equal_one_process_on_the_same_global_batch(tmp_path):
-    args = SMALL + ["--steps", "6", "--save-every", "3"]
+    args = SMALL + ["--steps", "6", "--save-every", "3", "--batch-size", "5"]     # 3 + 2 streams: an uneven split
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     one = subprocess.run([sys.executable, "-m", "txl_lib.train", *args, "--out", str(tmp_path / "one")], env=env,
                          capture_output=True, text=True)
@@ -64,7 +72,7 @@ def test_two_gloo_processes_equal_one_process_on_the_same_global_batch(tmp_path)
     a, b = weights(tmp_path / "one"), weights(tmp_path / "two")
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
     state = torch.load(tmp_path / "two" / "state.pt", weights_only=True)
-    assert state["world"] == 2 and [p["mems"][0].size(0) for p in state["processes"]] == [2, 2]   # 2 streams each
+    assert state["world"] == 2 and [p["mems"][0].size(0) for p in state["processes"]] == [3, 2]
     assert two.stdout.count("final:") == 1                              # rank 0 alone evaluates and reports
     with pytest.raises(ValueError, match="same number"):                # resuming with another world size
         train_command(args + ["--out", str(tmp_path / "two"), "--resume", "--steps", "9"])
@@ -80,17 +88,66 @@ def test_bad_overrides(overrides, message):
 
 
 @pytest.mark.parametrize("argv", [["--steps", "0"], ["--batch-size", "-1"], ["--stop-after", "-2"],
-                                  ["--preset", "huge"]])
+                                  ["--preset", "huge"], ["--eval-split", "train"]])
 def test_bad_arguments_exit_with_a_message(argv, capsys):
     with pytest.raises(SystemExit):
         parse_args(argv)
     assert "error" in capsys.readouterr().err
 
 
-def test_an_uneven_batch_split_is_refused(tmp_path):
-    from txl_lib.cli import local_streams
-    with pytest.raises(ValueError, match="divisible"):
-        local_streams(torch.arange(100), 5, 0, 2)
+def test_the_processes_share_the_batch_s_streams_exactly():
+    ids = torch.arange(1000)
+    for batch, world in [(22, 4), (8, 2), (7, 3), (5, 5)]:
+        shares = stream_shares(batch, world)
+        assert sum(shares) == batch and max(shares) - min(shares) <= 1
+        together = torch.cat([local_streams(ids, batch, rank, world) for rank in range(world)])
+        assert torch.equal(together, batchify(ids, batch))
+    with pytest.raises(ValueError, match="without a stream"):
+        local_streams(ids, 3, 0, 4)
+
+
+def test_the_whole_test_split_equals_one_long_forward_pass(tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text("".join(f"line {i}: the quick brown fox {i * 7 % 13}\n" for i in range(120)))
+    log = train_command(["--data", str(text), "--batch-size", "4", "--set", "n_layer=1", "--set", "d_model=32",
+                         "--set", "d_inner=64", "--set", "tgt_len=8", "--set", "mem_len=8", "--steps", "3",
+                         "--eval-split", "test", "--eval-tgt-len", "5", "--eval-mem-len", "64",
+                         "--out", str(tmp_path / "run")])
+    model, _ = load_checkpoint(tmp_path / "run" / "model.pt")
+    streams = batchify(load_splits(str(text)).test, 4)                 # 4 streams, each shorter than 64 + 5
+    with torch.no_grad():                                              # memory covers everything: no segments
+        loss = model.eval()(streams[:, :-1], targets=streams[:, 1:]).loss
+    assert log["final_split"] == "test" and log["final_symbols"] == loss.numel() == streams.numel() - 4
+    assert log["final_bits"] == pytest.approx(loss.mean().item() / math.log(2), abs=1e-5)
+
+
+def readme_commands(section: str = "### Training from the command line") -> list[list[str]]:
+    "The commands of the README's first bash block after `section`, continuation lines joined, comments dropped."
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    block = readme.split(section, 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    return [shlex.split(line, comments=True) for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+
+
+def test_every_command_of_the_readme_parses_and_its_batch_splits():
+    commands = readme_commands()
+    assert len(commands) >= 5
+    for argv in commands:
+        if argv[:3] == ["python", "-m", "txl_lib.generate"]:
+            generate_args(argv[3:])
+            continue
+        module = argv.index("-m") + 1
+        assert argv[module] == "txl_lib.train", argv
+        args = parse_args(argv[module + 1:])
+        world = int(argv[argv.index("--nproc_per_node") + 1]) if argv[0] == "torchrun" else 1
+        assert sum(stream_shares(args.batch_size, world)) == args.batch_size
+        build_config(args.preset, args.set, 205)
+
+
+@pytest.mark.parametrize("argv, message", [(["--lr", "nan"], "lr must be a finite"), (["--clip", "0"], "clip must be")])
+def test_bad_rates_are_refused_before_anything_is_written(tmp_path, argv, message):
+    with pytest.raises(ValueError, match=message):
+        train_command(SMALL + argv + ["--out", str(tmp_path / "run")])
+    assert not (tmp_path / "run").exists()
 
 
 def test_bfloat16_autocast_trains(tmp_path):

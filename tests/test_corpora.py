@@ -1,5 +1,6 @@
 """Corpora (chapter 11), offline: a local HTTP server that honours Range requests serves a small archive the test
-makes; download, resume, verification, atomicity, splits, local files and folders."""
+makes; download, resume, verification, atomicity, splits, local files and folders, the
+original's enwik8 stream without newlines."""
 import hashlib
 import http.server
 import threading
@@ -127,3 +128,24 @@ def test_local_files_and_folders(tmp_path):
     assert text == "hello world " * 200 + "\n" + "goodbye " * 100
     with pytest.raises(FileNotFoundError, match="neither"):
         load_splits(str(tmp_path / "missing"))
+
+
+def original_stream(part: bytes) -> list[int]:
+    """The original's enwik8 pipeline on one split, transcribed: prep_enwik8.py writes the bytes as numbers with a
+    line break for each newline byte; the original's Vocab reads the lines, strips and splits them, adds no end of
+    line (add_eos=False)."""
+    text = " ".join(str(c) if c != ord("\n") else "\n" for c in part)
+    return [int(symbol) for line in text.splitlines(keepends=True) for symbol in line.strip().split()]
+
+
+def test_dropping_newlines_gives_the_original_s_enwik8_stream(server, tmp_path):
+    data = b"<page>\n  <title>A</title>\n\n" * 300 + bytes(range(1, 256))     # every byte value, newlines at ends
+    source = source_for(server, data)
+    kept = load_splits("tiny8", tmp_path, download=True, sources={"tiny8": source})
+    dropped = load_splits("tiny8", tmp_path, sources={"tiny8": source}, drop_newlines=True)
+    a, b = source.splits[0], source.splits[0] + source.splits[1]
+    for ids, part in [(dropped.train, data[:a]), (dropped.valid, data[a:b]), (dropped.test, data[b:])]:
+        assert list(dropped.vocab.decode(ids).encode("latin-1")) == original_stream(part)
+    symbols = {s for part in (data[:a], data[a:b], data[b:]) for s in original_stream(part)}
+    assert len(dropped.vocab) == len(symbols) == len(kept.vocab) - 1 == 254   # the original's count: no newline
+    assert len(kept.test) - len(dropped.test) == data[b:].count(b"\n") > 0

@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['SOURCES', 'Source', 'default_cache', 'download', 'file_digest', 'extract', 'prepare', 'Corpus', 'byte_ids',
-           'read_text', 'load_splits']
+           'read_text', 'without_symbol', 'load_splits']
 
 # %% ../notebooks/11_training_at_scale.ipynb #c001
 import hashlib, os, tempfile, urllib.request, zipfile
@@ -60,6 +60,7 @@ def download(url: str, path, chunk: int = 1 << 20) -> Path:
     os.replace(part, path)
     return path
 
+# %% ../notebooks/11_training_at_scale.ipynb #c106
 def file_digest(path, algorithm: str) -> str:
     "Hex digest of a file, read in blocks."
     h = hashlib.new(algorithm)
@@ -93,6 +94,7 @@ def extract(source: Source, archive, folder) -> Path:
             os.remove(tmp)
     return target
 
+# %% ../notebooks/11_training_at_scale.ipynb #c108
 def prepare(source: Source, cache_dir=None, download_missing: bool = False) -> Path:
     "The extracted, verified file of `source` in the cache; downloads the archive only if `download_missing`."
     folder = Path(cache_dir or default_cache()) / source.name
@@ -128,6 +130,7 @@ def byte_ids(data: bytes) -> tuple[CharVocab, torch.Tensor]:
     table[present] = torch.arange(len(present))
     return CharVocab(bytes(present.tolist()).decode("latin-1")), table[raw]
 
+# %% ../notebooks/11_training_at_scale.ipynb #c110
 def read_text(path) -> str:
     "A UTF-8 text file, or every file of a folder (sorted, recursively) joined by newlines."
     path = Path(path)
@@ -136,11 +139,25 @@ def read_text(path) -> str:
         raise FileNotFoundError(f"corpus {str(path)!r} is neither pydoc, enwik8, text8, a text file nor a folder of files")
     return "\n".join(load_corpus(str(p)) for p in files)
 
-def load_splits(name: str = "pydoc", cache_dir=None, download: bool = False, sources: dict = SOURCES) -> Corpus:
-    "The corpus `name` (pydoc, a standard source, or a file or folder) as vocabulary and train/valid/test ids."
+def without_symbol(corpus: Corpus, symbol: str) -> Corpus:
+    "`corpus` with every `symbol` removed from the three splits and from the vocabulary (ids renumbered)."
+    if symbol not in corpus.vocab.stoi:
+        return corpus
+    dropped = corpus.vocab.stoi[symbol]                        # ids are in sorted order: those above move down one
+    renumber = lambda ids: (ids - (ids > dropped).long())[ids != dropped]
+    return Corpus(CharVocab([c for c in corpus.vocab.itos if c != symbol]),
+                  renumber(corpus.train), renumber(corpus.valid), renumber(corpus.test))
+
+# %% ../notebooks/11_training_at_scale.ipynb #c111
+def load_splits(name: str = "pydoc", cache_dir=None, download: bool = False, sources: dict = SOURCES,
+                drop_newlines: bool = False) -> Corpus:
+    """The corpus `name` (pydoc, a standard source, a file or folder): vocabulary, train/valid/test ids; `drop_newlines`
+    removes every newline after the split, as the original's enwik8 preparation does."""
     if name in sources:
         source = sources[name]
-        return _split(*byte_ids(prepare(source, cache_dir, download).read_bytes()), source.splits)
-    text = load_corpus("pydoc") if name == "pydoc" else read_text(name)
-    vocab, n = CharVocab(text), len(text)
-    return _split(vocab, vocab.encode(text), (n - 2 * (n // 20), n // 20, n // 20))
+        corpus = _split(*byte_ids(prepare(source, cache_dir, download).read_bytes()), source.splits)
+    else:
+        text = load_corpus("pydoc") if name == "pydoc" else read_text(name)
+        vocab, n = CharVocab(text), len(text)
+        corpus = _split(vocab, vocab.encode(text), (n - 2 * (n // 20), n // 20, n // 20))
+    return without_symbol(corpus, "\n") if drop_newlines else corpus
