@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from txl_lib.knn import (RECALL_MODELS, RECALL_RECIPE, KNNMemory, KNNTransformerXL, load_recall_reference,
-                         mixed_recall, recall_config)
+from txl_lib.knn import (RECALL_MODELS, RECALL_RECIPE, KNNMemory, KNNMems, KNNTransformerXL,
+                         load_recall_reference, mixed_recall, recall_config)
 from txl_lib.model import TXLConfig, TransformerXL, save_checkpoint, load_checkpoint
 from txl_lib.train import train
 from txl_lib.utils import seed_everything
@@ -17,10 +17,8 @@ from txl_lib.utils import seed_everything
 
 def filled_store(B=3, H=2, D=5, C=16, n=11, seed=0):
     g = torch.Generator().manual_seed(seed)
-    store = KNNMemory(B, H, D, C)
     keys, values = torch.randn(B, H, n, D, generator=g), torch.randn(B, H, n, D, generator=g)
-    store.add(keys, values)
-    return store, keys, values
+    return KNNMemory(B, H, D, C).add(keys, values), keys, values
 
 
 @pytest.mark.parametrize("n, k", [(11, 4), (16, 16), (3, 5), (40, 7)])
@@ -44,12 +42,12 @@ def test_eviction_is_first_in_first_out_and_capacity_is_a_bound():
     store = KNNMemory(1, 1, 1, capacity=5)
     for start in range(0, 12, 3):                                   # 0..11 in chunks of 3
         chunk = torch.arange(start, start + 3, dtype=torch.float).view(1, 1, 3, 1)
-        store.add(chunk, -chunk)
+        store = store.add(chunk, -chunk)
         keys, values = store.stored(0)
         expected = torch.arange(max(0, start + 3 - 5), start + 3, dtype=torch.float)
         assert keys.flatten().tolist() == expected.tolist() and values.flatten().tolist() == (-expected).tolist()
         assert int(store.length[0]) == min(start + 3, 5) <= store.capacity and store.keys.size(2) == 5
-    store.add(torch.arange(20.).view(1, 1, 20, 1), torch.zeros(1, 1, 20, 1))     # more than the capacity at once
+    store = store.add(torch.arange(20.).view(1, 1, 20, 1), torch.zeros(1, 1, 20, 1))   # more than the capacity at once
     assert store.stored(0)[0].flatten().tolist() == [15., 16., 17., 18., 19.]
 
 
@@ -60,10 +58,10 @@ def test_streams_are_isolated_and_clear_empties_only_the_given_ones():
     for b in range(3):
         for h in range(2):                                          # a stream finds its own keys, all of them
             assert {tuple(x) for x in found_keys[b, h, 0].tolist()} == {tuple(x) for x in keys[b, h].tolist()}
-    store.clear([1])
+    store = store.clear([1])
     assert store.length.tolist() == [6, 0, 6]
     assert not store.search(queries, 3)[2][1].any() and store.search(queries, 3)[2][0].all()
-    store.add(keys[:, :, :2], keys[:, :, :2])
+    store = store.add(keys[:, :, :2], keys[:, :, :2])
     assert store.length.tolist() == [8, 2, 8] and torch.equal(store.stored(1)[0], keys[1, :, :2])
 
 
@@ -73,6 +71,8 @@ def test_streams_are_isolated_and_clear_empties_only_the_given_ones():
     (lambda s: s.search(torch.zeros(3, 2, 1, 4), 2), "queries"),
     (lambda s: s.search(torch.zeros(3, 2, 1, 5), 0), "k must be"),
     (lambda s: s.clear([3]), "streams must be"),
+    (lambda s: s.stored(3), r"stream must be an index in \[0, 3\)"),
+    (lambda s: KNNMemory(3, 2, 5, 0), "capacity must be"),
 ])
 def test_bad_input_changes_nothing(bad, message):
     store, _, _ = filled_store()
@@ -102,7 +102,7 @@ def test_with_an_empty_store_the_layer_is_xl_attention_scaled_by_the_gate(option
     x, mem = torch.randn(2, 5, 16), torch.randn(2, 3, 16)
     r, mask = plain.positions_and_mask(5, 3, None)
     u, v = plain.biases(knn.config.knn_layer)
-    ours.memory, ours.evict = KNNMemory(2, 2, 8, 64), 0
+    ours.store, ours.evict = KNNMemory(2, 2, 8, 64), 0
     with torch.no_grad():
         ours.gate.copy_(torch.tensor([0.7, -1.3]))
         g = ours.gate.sigmoid()[:, None, None]
@@ -121,7 +121,7 @@ def test_gate_closed_equals_transformer_xl_over_many_segments():
             a, b = knn(segment, mems=mk), plain(segment, mems=mp)
             torch.testing.assert_close(a.logits, b.logits, atol=1e-6, rtol=0)
             mk, mp = a.mems, b.mems
-    assert knn.knn_memory.length.tolist() == [35, 35]               # 40 positions, the last 5 still in the window
+    assert mk.store.length.tolist() == [35, 35]               # 40 positions, the last 5 still in the window
 
 
 def test_positions_enter_the_store_exactly_when_they_leave_the_window():
@@ -131,11 +131,11 @@ def test_positions_enter_the_store_exactly_when_they_leave_the_window():
     with torch.no_grad():
         for segment in x.split(5, dim=1):
             mems, total = knn(segment, mems=mems).mems, total + segment.size(1)
-            assert int(knn.knn_memory.length[0]) == max(0, total - 7)   # window + store = everything, no overlap
+            assert int(mems.store.length[0]) == max(0, total - 7)   # window + store = everything, no overlap
             assert mems[0].size(1) == min(7, total)
         full = knn(x[:, :16])                                        # one call (mem_len 7): 9 positions evicted
         _, k, v = knn.knn_attention.project(full.hiddens[1])          # keys of layer 1 from its inputs
-    keys, values = knn.knn_memory.stored(0)
+    keys, values = full.mems.store.stored(0)
     torch.testing.assert_close(keys, k[0, :, :9]); torch.testing.assert_close(values, v[0, :, :9])
 
 
@@ -145,7 +145,7 @@ def test_the_store_is_not_differentiated_through_and_gradients_reach_the_gate():
     knn.train()
     first = knn(x[:, :5], targets=y[:, :5])
     first.loss.mean().backward()                                     # the store was filled from this graph
-    assert not knn.knn_memory.keys.requires_grad and not knn.knn_memory.values.requires_grad
+    assert not first.mems.store.keys.requires_grad and not first.mems.store.values.requires_grad
     knn.zero_grad()
     second = knn(x[:, 5:], mems=first.mems, targets=y[:, 5:])
     second.loss.mean().backward()
@@ -156,14 +156,16 @@ def test_a_batch_must_match_the_store_and_bad_input_leaves_it_alone():
     knn, _ = twins()
     out = knn(torch.randint(30, (2, 5)))
     out = knn(torch.randint(30, (2, 5)), mems=out.mems)
-    store, length = knn.knn_memory, knn.knn_memory.length.clone()
-    with pytest.raises(ValueError, match="streams, the batch has 3"):
+    store, length = out.mems.store, out.mems.store.length.clone()
+    with pytest.raises(TypeError, match="must carry the KNN store"):
         knn(torch.randint(30, (3, 5)), mems=[torch.zeros(3, 5, 16)] * 2)
+    with pytest.raises(ValueError, match="holds 2 streams, the batch has 3"):
+        knn(torch.randint(30, (3, 5)), mems=KNNMems([torch.zeros(3, 5, 16)] * 2, store))
     with pytest.raises(ValueError, match="outside the vocabulary"):
-        knn(torch.full((2, 5), 99))
+        knn(torch.full((2, 5), 99), mems=out.mems)
     with pytest.raises(ValueError, match="targets"):
-        knn(torch.randint(30, (2, 5)), targets=torch.zeros(2, 4, dtype=torch.long))
-    assert knn.knn_memory is store and torch.equal(store.length, length)
+        knn(torch.randint(30, (2, 5)), mems=out.mems, targets=torch.zeros(2, 4, dtype=torch.long))
+    assert out.mems.store is store and torch.equal(store.length, length) and knn.knn_attention.store is None
 
 
 def test_config_and_checkpoint():
