@@ -71,8 +71,8 @@ bench: $(STAMP)  ## the speed benchmark of chapter 07
 reference: $(STAMP)  ## retrain the reference models some chapters load (reference/*.py, fixed seeds; about an hour)
 	@for script in $(sort $(wildcard reference/*.py)); do echo "running $$script"; $(BIN)/python $$script || exit 1; done
 
-html: $(STAMP)  ## the series as a static site in build/html/ (from the committed notebooks; nothing is executed)
-	$(BIN)/python -m txl_lib.book
+html: $(STAMP)  ## the book: a static site in build/html/ (MkDocs, from the committed notebooks; nothing is executed)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 lab: $(STAMP)  ## read the series in JupyterLab
 	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)

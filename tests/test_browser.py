@@ -1,9 +1,10 @@
-"""The reading experience in a real browser: the HTML book (`make html`) and JupyterLab, in headless Chromium.
+"""The reading experience in a real browser: the book (`make html`, MkDocs) and JupyterLab, in headless Chromium.
 
 Chromium comes from the system (Debian's `chromium`, which `.ci/run` installs); no browser is ever downloaded, and
 the browser is kept off the network: its own background traffic is switched off and every request that is not for
 our pages is aborted."""
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from txl_lib.book import build_book, read_chapters
+from test_book import built_book, hooks        # one build of the book per session, shared with tests/test_book.py
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -43,41 +44,72 @@ def local_only(context, allowed: tuple[str, ...]):
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    return build_book(ROOT / "notebooks", tmp_path_factory.mktemp("html"))
+def site():
+    return built_book()
 
 
-def figures_in(chapter) -> int:
-    import nbformat
-    nb = nbformat.read(chapter.path, as_version=4)
-    return sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+def first_chapter_with(pattern: str):
+    "The first chapter whose notebook source matches `pattern` (a regular expression)."
+    return next(p for p in hooks.chapters(ROOT / "notebooks") if re.search(pattern, p.read_text(encoding="utf-8")))
 
 
-def test_the_html_book_in_chromium(browser_context, site):
-    base = site.parent.as_uri() + "/"
-    local_only(browser_context, (base,))
-    page, errors = browser_context.new_page(), []
-    page.on("console", lambda m: errors.append((page.url, m.text)) if m.type == "error"
-            and (m.location or {}).get("url", "").startswith(base) else None)
+def open_offline(browser_context, site):
+    "A page that may load only the book's own files, and the list of everything else it tried to load."
+    blocked, errors = [], []
+    base = site.as_uri() + "/"
+    browser_context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base)
+                          else (blocked.append(route.request.url), route.abort()))
+    page = browser_context.new_page()
+    page.on("console", lambda m: errors.append((page.url, m.text)) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append((page.url, str(e))))
-    page.goto(site.as_uri())
-    chapters = read_chapters(ROOT / "notebooks")
-    assert page.locator("h1").first.inner_text() == "Transformer-XL, annotated"
-    assert page.locator("table a").all_inner_texts() == [c.title for c in chapters]
-    assert sum(p.stat().st_size for p in site.parent.iterdir()) < 20 * 2**20
-    for chapter in chapters:
-        page.goto(base + chapter.page)
-        assert chapter.title in page.locator("h1").first.inner_text()
-        if figures_in(chapter):
-            widths = page.locator(".jp-RenderedImage img").evaluate_all("els => els.map(e => e.naturalWidth)")
-            assert widths and min(widths) > 0, f"{chapter.page}: a figure did not render"
-        assert page.locator('nav.book a[href="index.html"]').count() == 2
-        if chapter.number == "05":
-            (ROOT / "build").mkdir(exist_ok=True)
-            page.screenshot(path=str(ROOT / "build" / "chapter05.png"), full_page=False)
-    page.goto(base + chapters[0].page)
-    page.locator('nav.book a[rel="next"]').first.click()
-    assert page.url.endswith(chapters[1].page)
+    return page, blocked, errors
+
+
+def test_the_book_in_chromium_offline_maths_figures_search(browser_context, site):
+    page, blocked, errors = open_offline(browser_context, site)
+    page.set_viewport_size({"width": 1300, "height": 900})         # wide enough for the sidebar
+    (ROOT / "build").mkdir(exist_ok=True)
+
+    maths = first_chapter_with(r"\$\$")                            # an equation rendered by the bundled MathJax
+    page.goto((site / "chapters" / f"{maths.stem}.html").as_uri())
+    page.locator("article mjx-container svg").first.wait_for(state="visible", timeout=30_000)
+    display = page.locator("article div.arithmatex")
+    assert display.count() > 0 and page.locator("article div.arithmatex mjx-container").count() == display.count()
+    assert display.first.bounding_box()["height"] > 10
+    prose = page.locator("article").evaluate(
+        "el => { const c = el.cloneNode(true); c.querySelectorAll('pre, code, mjx-container').forEach(n => n.remove());"
+        " return c.textContent }")
+    assert not re.search(r"\$\$|\\\[|\\\(", prose), "maths left as LaTeX source"   # all of it typeset
+    display.first.scroll_into_view_if_needed()
+    page.screenshot(path=str(ROOT / "build" / "book_equation.png"))
+
+    figures = first_chapter_with(r'"image/png"')                   # a figure, loaded from its file
+    page.goto((site / "chapters" / f"{figures.stem}.html").as_uri())
+    images = page.locator("article img")
+    images.first.scroll_into_view_if_needed()
+    widths = images.evaluate_all("els => els.map(e => e.complete ? e.naturalWidth : 0)")
+    assert widths and min(widths) > 0, f"{figures.stem}: a figure did not load"
+    page.screenshot(path=str(ROOT / "build" / "book_figure.png"))
+
+    chapters = hooks.chapters(ROOT / "notebooks")                   # the sidebar and previous / next
+    page.goto((site / "chapters" / f"{chapters[0].stem}.html").as_uri())
+    sidebar = page.locator("nav.md-nav--primary").first.inner_text()
+    assert page.locator("nav.md-nav--primary").first.is_visible()
+    assert all(hooks.heading(p)[0] in sidebar for p in chapters)
+    page.locator("a.md-footer__link--next").click()
+    assert page.url.endswith(f"chapters/{chapters[1].stem}.html")
+
+    word = "recurrence"                                             # search, from the file system
+    expected = [p.stem for p in chapters if word in hooks.heading(p)[0].lower()]
+    page.locator("input.md-search__input").click()
+    page.keyboard.type(word)
+    results = page.locator(".md-search-result__item a")
+    results.first.wait_for(state="visible", timeout=30_000)
+    hrefs = results.evaluate_all("els => els.map(e => e.getAttribute('href'))")
+    assert expected and any(expected[0] in h for h in hrefs), hrefs
+    page.screenshot(path=str(ROOT / "build" / "book_search.png"))
+
+    assert blocked == [], f"the book tried to reach the network: {blocked}"
     assert errors == []
 
 

@@ -1,0 +1,177 @@
+"""The MkDocs hook that makes the book out of the repository, with nothing executed and nothing written into docs/:
+
+- one page per chapter, from the committed notebook through nbconvert's Markdown exporter (cells hidden with nbdev's
+  `#| hide` or a `hide` tag left out, nbdev directives and nbval markers taken out of the code);
+- one API page per `txl_lib` module, which mkdocstrings fills from the docstrings;
+- two scripts copied from their npm packages (fetched once into build/npm/): MathJax, so that equations render
+  offline, and iframe-worker, which lets the search run from file:// (Material's offline plugin would take it from
+  a CDN).
+"""
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS, LIBRARY, NPM_CACHE = ROOT / "notebooks", ROOT / "txl_lib", ROOT / "build" / "npm"
+VENDORED = {   # where mkdocs.yml expects a script: (npm package, version, the file in it)
+    "javascripts/mathjax/tex-svg-full.js": ("mathjax", "3.2.2", "es5/tex-svg-full.js"),
+    "javascripts/iframe-worker/shim.js": ("iframe-worker", "1.0.4", "shim/index.js"),
+}
+DIRECTIVE = re.compile(r"^\s*#\|\s*([\w-]+)\s*:?\s*(.*?)\s*$")   # nbdev: `#| hide`, `#| echo: false`
+MARKER = re.compile(r"^\s*#\s*NBVAL_\w+\s*$")                      # nbval's comments (tags are preferred)
+CHAPTER_LINK = re.compile(r"\]\((\d\d[a-z]?_\w+)\.ipynb")          # [chapter 03](03_relative_positions.ipynb)
+LIST_ITEM = re.compile(r"[ \t]*(?:[-*+]|\d+[.)])[ \t]+")
+DISPLAY_MATH = re.compile(r"([ \t]*)\$\$(.+?)\$\$[ \t]*", re.S)
+
+
+def chapters(folder=NOTEBOOKS) -> list[Path]:
+    "Every `NN_*.ipynb` of `folder`, in name order: the reading order."
+    return sorted(Path(folder).glob("[0-9]*.ipynb"))
+
+
+def heading(path: Path) -> tuple[str, str]:
+    "A chapter's title (its first `# ` heading) and subtitle (the `>` line under it)."
+    import nbformat
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type == "markdown" and cell.source.startswith("# "):
+            lines = cell.source.splitlines()
+            return lines[0][2:].strip(), next((l[1:].strip() for l in lines[1:] if l.startswith(">")), "")
+    raise ValueError(f"{path} has no markdown cell starting with '# ': every chapter needs a title")
+
+
+def modules(folder=LIBRARY) -> list[str]:
+    "The library's dotted module names: the package itself where its `__init__.py` has code, then every public module."
+    folder = Path(folder)
+    package = [folder.name] if (folder / "__init__.py").read_text(encoding="utf-8").strip() else []
+    return package + [f"{folder.name}.{p.stem}" for p in sorted(folder.glob("*.py")) if not p.stem.startswith("_")]
+
+
+def _directives(cell) -> dict[str, str]:
+    return {m[1]: m[2].lower() for m in map(DIRECTIVE.match, cell.source.splitlines()) if m}
+
+
+def _list_indent(before: str) -> str:
+    "The indentation that keeps a block put after `before` inside the list item it is in (Markdown wants 4 spaces)."
+    *previous, current = before.split("\n")
+    after_text = bool(current.strip()) and not current[0].isspace()   # the line so far: unindented text?
+    for i, line in enumerate([current] + previous[::-1]):
+        item = LIST_ITEM.match(line)
+        if item:
+            return " " * (4 * -(-len(item.group()) // 4))
+        if i:
+            if not line.strip():
+                if after_text:                                    # an unindented paragraph after a blank line
+                    return ""
+                continue
+            if not line[0].isspace() and not after_text:
+                return ""
+            after_text = not line[0].isspace()
+    return ""
+
+
+def display_math_apart(text: str) -> str:
+    "Each `$$...$$` in a paragraph of its own, as Jupyter shows it (Markdown reads display maths only as a block)."
+    def apart(match):
+        indent = _list_indent(text[:match.start(2) - 2])
+        return f"\n\n{indent}$${match[2]}$$\n\n{indent}"
+    return re.sub(r"\n[ \t]*\n(?:[ \t]*\n)+", "\n\n", DISPLAY_MATH.sub(apart, text))
+
+
+def book_cells(nb):
+    "The notebook as the book shows it: title first; hidden cells, directives and markers out; empty cells gone."
+    cells = []
+    for cell in nb.cells:
+        tags, directives = set(cell.metadata.get("tags", [])), _directives(cell)
+        if {"hide", "remove-cell"} & tags or "hide" in directives or directives.get("include") == "false":
+            continue
+        if cell.cell_type == "markdown":
+            cell.source = CHAPTER_LINK.sub(r"](\1.md", display_math_apart(cell.source))
+        if cell.cell_type == "code":
+            lines = [l for l in cell.source.splitlines() if not DIRECTIVE.match(l) and not MARKER.match(l)]
+            cell.source = "\n".join(lines).strip("\n")
+            if {"hide-input", "remove-input"} & tags or directives.get("echo") == "false" or not cell.source:
+                cell.transient = {"remove_source": True}
+            if {"hide-output", "remove-output"} & tags or directives.get("output") == "false":
+                cell.outputs = []
+            if not cell.source and not cell.outputs:
+                continue
+        cells.append(cell)
+    title = next(i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.startswith("# "))
+    nb.cells = [cells[title]] + cells[:title] + cells[title + 1:]
+    return nb
+
+
+def chapter_markdown(path: Path) -> tuple[str, dict[str, bytes]]:
+    "A chapter as Markdown, and its figures by file name (under `<stem>_files/`, next to the page)."
+    import nbformat
+    from nbconvert import MarkdownExporter
+    exporter = MarkdownExporter(extra_template_paths=[str(Path(__file__).parent / "templates")],
+                                template_file="chapter.md.j2")
+    title, _ = heading(path)
+    body, resources = exporter.from_notebook_node(
+        book_cells(nbformat.read(path, as_version=4)),
+        resources={"output_files_dir": f"{path.stem}_files", "unique_key": "figure",
+                   "book_figure_alt": f"A figure of the chapter '{title}'"})
+    return body, resources.get("outputs", {})
+
+
+def from_npm(package: str, version: str, member: str) -> tuple[Path, Path]:
+    "A file of an npm package and the package's licence, fetched once (`npm pack`) into build/npm/."
+    folder = NPM_CACHE / f"{package}-{version}"
+    target, licence = folder / Path(member).name, folder / "LICENSE"
+    if target.exists() and licence.exists():
+        return target, licence
+    npm = shutil.which("npm")
+    if npm is None:
+        raise RuntimeError(f"the book needs npm once, to fetch {package}@{version} from the npm registry (it is copied "
+                           f"into the site so that the book works offline): install Node.js and npm")
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([npm, "pack", f"{package}@{version}", "--silent"], cwd=tmp, check=True, capture_output=True)
+        with tarfile.open(next(Path(tmp).glob("*.tgz"))) as tar:
+            files = {name: tar.extractfile(f"package/{name}").read() for name in (member, "LICENSE")}
+    folder.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(files[member])
+    licence.write_bytes(files["LICENSE"])
+    return target, licence
+
+
+# ---- MkDocs events ------------------------------------------------------------------------------------------------
+
+def on_config(config):
+    "The navigation: home, the chapters in reading order, one API page per module."
+    chapter_nav = []
+    for path in chapters():
+        title, _ = heading(path)
+        chapter_nav.append({f"{path.stem.split('_')[0]} · {title}": f"chapters/{path.stem}.md"})
+    config["nav"] = [{"Home": "index.md"}, {"Chapters": chapter_nav},
+                     {"API reference": [{m: f"api/{m}.md"} for m in modules()]}]
+    return config
+
+
+def on_files(files, config):
+    "Add the generated pages, their figures and the vendored scripts (with their licences) to the site's files."
+    from mkdocs.structure.files import File
+    for path in chapters():
+        body, figures = chapter_markdown(path)
+        files.append(File.generated(config, f"chapters/{path.stem}.md", content=body))
+        for name, data in figures.items():
+            files.append(File.generated(config, f"chapters/{name}", content=data))
+    for module in modules():
+        files.append(File.generated(config, f"api/{module}.md", content=f"::: {module}\n"))
+    for uri, package in VENDORED.items():
+        script, licence = from_npm(*package)
+        files.append(File.generated(config, uri, abs_src_path=str(script)))
+        files.append(File.generated(config, str(Path(uri).parent / "LICENSE"), abs_src_path=str(licence)))
+    return files
+
+
+def on_page_markdown(markdown, page, config, files):
+    "The home page's chapter table, made from the notebooks' titles and subtitles."
+    if page.file.src_uri != "index.md":
+        return markdown
+    rows = [f"| {p.stem.split('_')[0]} | [{t}](chapters/{p.stem}.md) | {s} |" for p in chapters() for t, s in [heading(p)]]
+    table = "\n".join(["| # | chapter | the idea |", "|---|---|---|", *rows])
+    return markdown.replace("<!-- chapters -->", table)

@@ -1,0 +1,5 @@
+// MathJax 3 reads this before it loads: typeset only what pymdownx.arithmatex marked as maths.
+window.MathJax = {
+  tex: {inlineMath: [["\\(", "\\)"]], displayMath: [["\\[", "\\]"]], processEscapes: true, processEnvironments: true},
+  options: {ignoreHtmlClass: ".*|", processHtmlClass: "arithmatex"},
+};
