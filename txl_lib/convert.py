@@ -85,9 +85,12 @@ def check_against(model: torch.nn.Module, ours: dict):
 
 def from_original(state_dict: dict, config: TXLConfig) -> TransformerXL:
     "A `TransformerXL` with `config` holding the original code's `state_dict` (attention type 0, no adaptive softmax)."
-    model = TransformerXL(config)
-    ours = fill_tied(model, rename_original(state_dict))
-    check_against(model, ours)
+    with torch.device("meta"):                      # names and shapes checked first: a misfit allocates nothing
+        skeleton = TransformerXL(config)
+    ours = fill_tied(skeleton, rename_original(state_dict))
+    check_against(skeleton, ours)
+    with torch.random.fork_rng(devices=[]):         # its random init, overwritten, draws none of the caller's numbers
+        model = TransformerXL(config)
     model.load_state_dict(ours)
     return model
 
@@ -109,6 +112,10 @@ def config_from_hf(hf_config) -> TXLConfig:
                      tie_weight=c.get("tie_word_embeddings", c.get("tie_weight", True)))
 
 def from_hf(hf_model) -> TransformerXL:
-    "A `TransformerXL` equal to a HuggingFace `TransfoXLLMHeadModel` (transformers 4.37.2)."
-    state = {k.removeprefix("transformer."): v for k, v in hf_model.state_dict().items()}
-    return from_original(state, config_from_hf(hf_model.config))
+    "Our model equal to a HuggingFace `TransfoXLLMHeadModel` (transformers 4.37.2), adaptive ones included."
+    config = config_from_hf(hf_model.config)
+    if config.adaptive:                              # chapter 09's converter (imported here: it imports this module)
+        from txl_lib.adaptive import from_state_dict
+        return from_state_dict(hf_model.state_dict(), config, source="hf")
+    return from_original({k.removeprefix("transformer."): v for k, v in hf_model.state_dict().items()}, config)
+
