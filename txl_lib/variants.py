@@ -4,7 +4,8 @@
 
 # %% auto #0
 __all__ = ['fit_table', 'UnprojectedAttention', 'LearnedRelativeAttention', 'sinusoid_inputs', 'learned_inputs',
-           'AbsoluteAttention', 'position_tables', 'VariantPositions', 'PositionVariantLM', 'build_model']
+           'AbsoluteAttention', 'position_tables', 'VariantPositions', 'PositionVariantLM', 'check_variant_inputs',
+           'build_model']
 
 # %% ../notebooks/08_attention_variants.ipynb #c001
 import math
@@ -125,11 +126,7 @@ class PositionVariantLM(VariantPositions):
     def forward(self, input_ids: torch.Tensor, mems: list | None = None, targets=None, cache=None) -> LMOutput:
         "input_ids (B, T), mems None or one (B, M, E) per layer -> LMOutput(logits (B,T,V), loss, mems, hiddens)."
         c = self.config
-        if cache is not None:
-            raise ValueError(f"attn_type={c.attn_type} takes no InferenceCache (only attention type 0 does): "
-                             f"pass cache=None")
-        B, T = check_token_ids("input_ids", input_ids, c.n_token).shape
-        check_mems(mems, c, B, self.word_emb.weight); check_targets(targets, c.n_token, (B, T))
+        B, T = check_variant_inputs(self, input_ids, mems, targets, cache)
         mask = attention_mask(T, 0 if mems is None else mems[0].size(1), c.same_length, c.mem_len, input_ids.device)
         x, hiddens = self.word_emb(input_ids) * math.sqrt(c.d_model), []
         for i, layer in enumerate(self.layers):
@@ -139,6 +136,17 @@ class PositionVariantLM(VariantPositions):
         logits = self.head(self.drop(x))
         loss = None if targets is None else token_loss(logits, targets)
         return LMOutput(logits, loss, update_memory(mems, hiddens, c.mem_len), hiddens)
+
+# %% ../notebooks/08_attention_variants.ipynb #c144
+def check_variant_inputs(model: PositionVariantLM, input_ids, mems, targets, cache) -> tuple[int, int]:
+    "(B, T) of `input_ids`, after chapter 06's checks of the ids, memories and targets; no InferenceCache."
+    c = model.config
+    if cache is not None:
+        raise ValueError(f"attn_type={c.attn_type} takes no InferenceCache (only attention type 0 does): "
+                         f"pass cache=None")
+    B, T = check_token_ids("input_ids", input_ids, c.n_token).shape
+    check_mems(mems, c, B, model.word_emb.weight); check_targets(targets, c.n_token, (B, T))
+    return B, T
 
 # %% ../notebooks/08_attention_variants.ipynb #c028
 def build_model(config: TXLConfig) -> nn.Module:
