@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['SOURCES', 'Source', 'default_cache', 'download', 'file_digest', 'extract', 'prepare', 'Corpus', 'byte_ids',
-           'read_text', 'without_symbol', 'load_splits']
+           'read_text', 'without_symbol', 'load_splits', 'check_corpus_files', 'read_utf8', 'check_not_empty']
 
 # %% ../notebooks/11_training_at_scale.ipynb #c001
 import hashlib, os, tempfile, urllib.request, zipfile
@@ -132,12 +132,12 @@ def byte_ids(data: bytes) -> tuple[CharVocab, torch.Tensor]:
 
 # %% ../notebooks/11_training_at_scale.ipynb #c110
 def read_text(path) -> str:
-    "A UTF-8 text file, or every file of a folder (sorted, recursively) joined by newlines."
+    "A UTF-8 text file, or every file of a folder (sorted, recursively; hidden ones, as .git/, skipped) joined by newlines."
     path = Path(path)
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    if not files or not all(p.is_file() for p in files):
-        raise FileNotFoundError(f"corpus {str(path)!r} is neither pydoc, enwik8, text8, a text file nor a folder of files")
-    return "\n".join(load_corpus(str(p)) for p in files)
+    files = sorted(p for p in path.rglob("*") if p.is_file() and not any(
+        part.startswith(".") for part in p.relative_to(path).parts)) if path.is_dir() else [path]
+    check_corpus_files(path, files)
+    return check_not_empty(path, "\n".join(read_utf8(p) for p in files))
 
 def without_symbol(corpus: Corpus, symbol: str) -> Corpus:
     "`corpus` with every `symbol` removed from the three splits and from the vocabulary (ids renumbered)."
@@ -161,3 +161,25 @@ def load_splits(name: str = "pydoc", cache_dir=None, download: bool = False, sou
         vocab, n = CharVocab(text), len(text)
         corpus = _split(vocab, vocab.encode(text), (n - 2 * (n // 20), n // 20, n // 20))
     return without_symbol(corpus, "\n") if drop_newlines else corpus
+
+# %% ../notebooks/11_training_at_scale.ipynb #c301
+def check_corpus_files(path: Path, files: list[Path]):
+    "A corpus path names an existing file, or a folder with at least one (non-hidden) file."
+    if not path.exists():
+        raise FileNotFoundError(f"corpus {str(path)!r} is neither pydoc, enwik8, text8, a text file nor a folder")
+    if not files:
+        raise FileNotFoundError(f"corpus folder {path} holds no file (hidden files and folders are skipped)")
+
+def read_utf8(path: Path) -> str:
+    "The text of a UTF-8 file; anything else is an error naming the file."
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start:,}): --data "
+                         f"reads text files; remove it from the corpus") from None
+
+def check_not_empty(path: Path, text: str) -> str:
+    "`text`, unless it is empty."
+    if not text.strip():
+        raise ValueError(f"corpus {path} holds no text (only empty files or white space)")
+    return text

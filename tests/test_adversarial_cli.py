@@ -1,0 +1,366 @@
+"""Issue 17, the training and generation commands (chapters 00b, 11, 11a, 11b): a run folder survives a crash between
+any two writes, a full disk and real kills (it resumes exactly, or refuses clearly); a second run, a fresh run and a
+resume with other arguments cannot spoil a run; bad data, devices and arguments are named before anything is
+written; a loss that is not finite stops the run with its last checkpoint kept."""
+import errno
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import txl_lib.cli as cli
+from txl_lib.cli import parse_args, run_lock, train_command
+from txl_lib.corpora import load_splits
+from txl_lib.data import batchify
+from txl_lib.generate import generate_command
+from txl_lib.model import TXLConfig, TransformerXL
+from txl_lib.train import LMOutput, stream_documents, token_loss, train
+
+SMALL = ["--data", "pydoc", "--batch-size", "4", "--set", "n_layer=1", "--set", "d_model=32", "--set", "d_inner=64",
+         "--set", "tgt_len=16", "--set", "mem_len=16", "--eval-tokens", "200", "--quiet"]
+
+
+def command(out, *extra, steps=6):
+    return SMALL + ["--steps", str(steps), "--out", str(out), *extra]
+
+
+def state_weights(folder) -> dict:
+    return torch.load(folder / "state.pt", weights_only=True)["model"]
+
+
+def model_weights(folder) -> dict:
+    return torch.load(folder / "model.pt", weights_only=True)["model"]
+
+
+def same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def folder_bytes(folder) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    "An uninterrupted 6-step run: the weights and losses every interrupted-then-resumed run must reach exactly."
+    out = tmp_path_factory.mktemp("reference") / "run"
+    log = train_command(command(out))
+    return model_weights(out), log["loss"]
+
+
+class Crash(BaseException):
+    "An abrupt stop between two writes: no `except Exception` catches it, as nothing catches a kill."
+
+
+def crash_after_renames(monkeypatch, n: int):
+    "From now on, the n-th file renamed into place is the last thing the run does."
+    real, count = os.replace, [0]
+
+    def replace(source, target):
+        real(source, target)
+        count[0] += 1
+        if count[0] == n:
+            raise Crash(f"after rename {n}: {target}")
+    monkeypatch.setattr(os, "replace", replace)
+
+
+def resume_exactly_or_refuse(out, reference):
+    "After a crash: --resume continues to the reference weights and losses, or refuses with a clear message."
+    try:
+        log = train_command(command(out, "--resume"))
+    except FileNotFoundError as e:
+        assert "holds no state.pt: nothing to resume" in str(e)
+        return "refused"
+    weights, losses = reference
+    assert same(model_weights(out), weights) and same(state_weights(out), weights)
+    assert log["loss"] == losses
+    assert not list(out.glob("*.tmp")) and not (out / "run.lock").exists()
+    return "resumed"
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 5, 6, 8])
+def test_a_crash_between_any_two_writes_resumes_exactly(tmp_path, monkeypatch, reference, n):
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        crash_after_renames(patch, n)            # each save renames state.pt, model.pt, vocab.json, log.json
+        with pytest.raises(Crash):
+            train_command(command(out, "--save-every", "2"))
+    assert resume_exactly_or_refuse(out, reference) == "resumed"
+
+
+@pytest.mark.parametrize("full_at", [1, 2, 4])
+def test_a_full_disk_keeps_the_last_checkpoint_and_resumes_exactly(tmp_path, monkeypatch, reference, full_at):
+    out, real, calls = tmp_path / "run", torch.save, [0]
+
+    def save(obj, f, *args, **kwargs):
+        calls[0] += 1
+        if calls[0] >= full_at:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(obj, f, *args, **kwargs)
+    with monkeypatch.context() as patch:
+        patch.setattr(torch, "save", save)       # each save writes state.pt, then model.pt
+        with pytest.raises(OSError, match="disk is full"):
+            train_command(command(out, "--save-every", "2"))
+    assert not list(out.glob("*.tmp"))
+    expected = "refused" if full_at == 1 else "resumed"
+    assert resume_exactly_or_refuse(out, reference) == expected
+
+
+def test_real_kills_during_save_every_1_leave_a_run_that_resumes_exactly(tmp_path, reference):
+    "A process that dies (os._exit) between two writes, then one killed with SIGKILL at a random moment."
+    out, env = tmp_path / "run", {**os.environ, "OMP_NUM_THREADS": "1"}
+    script = ("import os, sys; from txl_lib import cli; real, count = os.replace, [0]\n"
+              "def replace(a, b):\n    real(a, b); count[0] += 1\n    count[0] == 7 and os._exit(9)\n"
+              "os.replace = replace; cli.main(argv=sys.argv[1:])")
+    died = subprocess.run([sys.executable, "-c", script, *command(out, "--save-every", "1")], env=env,
+                          capture_output=True, text=True)
+    assert died.returncode == 9, died.stderr[-2000:]
+    assert (out / "run.lock").exists()                 # left by the dead process: the next run takes it over
+    killed = subprocess.Popen([sys.executable, "-m", "txl_lib.train", *command(out, "--save-every", "1", "--resume",
+                               steps=6)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    first = (out / "state.pt").stat().st_mtime_ns
+    while killed.poll() is None and (out / "state.pt").stat().st_mtime_ns == first:
+        time.sleep(0.001)                               # until the resumed run has saved once
+    time.sleep(random.Random(0).uniform(0, 0.05))
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    assert resume_exactly_or_refuse(out, reference) == "resumed"
+
+
+def test_a_second_run_into_a_folder_in_use_is_refused(tmp_path):
+    out = tmp_path / "run"
+    with run_lock(out):                                # another run holds the folder
+        before = folder_bytes(out)
+        with pytest.raises(RuntimeError, match=f"in use by another run \\(pid {os.getpid()}"):
+            train_command(command(out))
+        assert folder_bytes(out) == before
+    assert not out.exists()                            # the lock's holder made the folder and left it empty
+
+
+def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (out / "run.lock").write_text(f"{dead.pid} somewhere\n")
+    train_command(command(out, steps=2))
+    assert sorted(p.name for p in out.iterdir()) == ["log.json", "model.pt", "state.pt", "vocab.json"]
+
+
+def test_a_fresh_run_never_spoils_a_run_already_in_the_folder(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    train_command(command(out, steps=2))
+    before = folder_bytes(out)
+    other = tmp_path / "other.txt"
+    other.write_text("another corpus, another vocabulary. " * 40)
+    with pytest.raises(FileExistsError, match="holds a run .*--overwrite"):
+        train_command(command(out, steps=2) + ["--data", str(other)])
+    with monkeypatch.context() as patch:                # --overwrite, and the new run dies in its first step
+        patch.setattr(cli, "training_step", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("out of memory")))
+        with pytest.raises(RuntimeError, match="out of memory"):
+            train_command(command(out, "--overwrite", steps=2) + ["--data", str(other)])
+    assert folder_bytes(out) == before                  # the old run can still be sampled and resumed
+    train_command(command(out, "--overwrite", steps=2) + ["--data", str(other)])
+    assert json.loads((out / "vocab.json").read_text()) == sorted(set(other.read_text()))
+
+
+def test_overwrite_never_leaves_a_model_beside_another_vocabulary(tmp_path, monkeypatch):
+    out, other = tmp_path / "run", tmp_path / "other.txt"
+    other.write_text("another corpus, another vocabulary. " * 40)
+    train_command(command(out, steps=2))
+    for n in (1, 2, 3):                                 # a kill after state.pt, vocab.json, model.pt of the new run
+        with monkeypatch.context() as patch:
+            crash_after_renames(patch, n)
+            with pytest.raises(Crash):
+                train_command(command(out, "--overwrite", steps=2) + ["--data", str(other)])
+        vocab = json.loads((out / "vocab.json").read_text())
+        if (out / "model.pt").exists():
+            assert torch.load(out / "model.pt", weights_only=True)["config"]["n_token"] == len(vocab)
+            generate_command(["--checkpoint", str(out), "--tokens", "2", "--prompt", vocab[0]])
+        else:
+            with pytest.raises(FileNotFoundError, match=f"no checkpoint at {out / 'model.pt'}"):
+                generate_command(["--checkpoint", str(out), "--tokens", "2", "--prompt", vocab[0]])
+
+
+def test_a_run_that_fails_before_its_first_checkpoint_leaves_no_folder(tmp_path):
+    out = tmp_path / "a" / "b" / "run"
+    with pytest.raises(FloatingPointError, match="nothing was saved"):
+        train_command(command(out, "--lr", "1e6", "--warmup", "0", steps=30))
+    assert not (tmp_path / "a").exists()
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--set", "n_layer=2"], "set .*n_layer=2"), (["--preset", "enwik8_base"], "preset 'enwik8_base'"),
+    (["--batch-size", "3"], "--batch-size 3 \\(the run has 4\\)"), (["--steps", "3"], "steps 3 \\(the run has 6\\)"),
+    (["--stop-after", "2"], "already at step 4"),
+])
+def test_resume_with_arguments_that_cannot_continue_the_run_is_refused(tmp_path, extra, message):
+    out = tmp_path / "run"
+    train_command(command(out, "--stop-after", "4"))
+    before = folder_bytes(out)
+    with pytest.raises(ValueError, match=message):
+        train_command(command(out, "--resume") + extra)
+    assert folder_bytes(out) == before
+
+
+def test_resume_with_another_corpus_is_refused(tmp_path):
+    out, text = tmp_path / "run", tmp_path / "text.txt"
+    text.write_text("".join(f"line {i}: the quick brown fox\n" for i in range(200)))
+    train_command(command(out, "--stop-after", "2"))
+    with pytest.raises(ValueError, match=f"data '{text}' \\(the run has 'pydoc'\\)"):
+        train_command(command(out, "--resume") + ["--data", str(text)])
+
+
+def test_resume_with_a_changed_rate_warns_and_continues_as_started(tmp_path, reference):
+    out = tmp_path / "run"
+    train_command(command(out, "--stop-after", "3"))
+    with pytest.warns(UserWarning, match="--lr 0.5 is ignored: .* continues with 0.003"):
+        log = train_command(command(out, "--resume", "--lr", "0.5"))
+    assert same(model_weights(out), reference[0]) and log["loss"] == reference[1]
+
+
+@pytest.mark.parametrize("damage", [lambda b: b"", lambda b: b[: len(b) // 2], lambda b: b"not a torch file"])
+def test_a_damaged_state_is_named_and_the_copies_do_not_matter(tmp_path, reference, damage):
+    out = tmp_path / "run"
+    train_command(command(out, "--stop-after", "3"))
+    state = (out / "state.pt").read_bytes()
+    (out / "state.pt").write_bytes(damage(state))
+    with pytest.raises(ValueError, match=f"{out / 'state.pt'} cannot be read"):
+        train_command(command(out, "--resume"))
+    (out / "state.pt").write_bytes(state)
+    for name in ("model.pt", "log.json"):               # copies for people: resume reads state.pt alone
+        (out / name).write_bytes(damage((out / name).read_bytes()))
+    train_command(command(out, "--resume"))
+    assert same(model_weights(out), reference[0])
+
+
+def test_a_damaged_model_or_vocabulary_is_named_by_the_generate_command(tmp_path):
+    out = tmp_path / "run"
+    train_command(command(out, steps=2))
+    vocab = (out / "vocab.json").read_text()
+    (out / "vocab.json").write_text(vocab[:9])
+    with pytest.raises(ValueError, match=f"{out / 'vocab.json'} is not a run's vocab.json"):
+        generate_command(["--checkpoint", str(out)])
+    (out / "vocab.json").write_text(vocab)
+    (out / "model.pt").write_bytes((out / "model.pt").read_bytes()[:100])
+    with pytest.raises(ValueError, match=f"{out / 'model.pt'}"):
+        generate_command(["--checkpoint", str(out)])
+
+
+def test_generate_reads_a_run_folder_and_names_a_state_file(tmp_path):
+    out = tmp_path / "run"
+    train_command(command(out, steps=2))
+    from_folder = generate_command(["--checkpoint", str(out), "--prompt", "def ", "--tokens", "12"])
+    assert from_folder == generate_command(["--checkpoint", str(out / "model.pt"), "--prompt", "def ", "--tokens", "12"])
+    with pytest.raises(ValueError, match="state.pt \\(what --resume reads\\), not a model to sample: pass the run"):
+        generate_command(["--checkpoint", str(out / "state.pt")])
+
+
+@pytest.mark.parametrize("clip", ["-1", "0"])
+def test_the_command_refuses_the_clips_the_library_refuses(tmp_path, clip):
+    with pytest.raises(ValueError, match="clip must be a finite number > 0"):
+        train_command(command(tmp_path / "run", "--clip", clip))
+    with pytest.raises(ValueError, match="clip must be a finite number > 0"):
+        train(TransformerXL(TXLConfig.tiny(10)), stream_documents(torch.zeros(2, 40, dtype=torch.long)), 1, 8,
+              clip=float(clip))
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_exploding_run_stops_and_keeps_its_last_good_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(FloatingPointError, match=r"loss became (nan|inf) at step \d+: training stops .* keeps the checkpoint of step \d+"):
+        train_command(command(out, "--lr", "1e6", "--warmup", "0", "--save-every", "1", steps=30))
+    state = torch.load(out / "state.pt", weights_only=True)
+    assert all(torch.isfinite(w).all() for w in state["model"].values())
+    assert all(torch.isfinite(torch.tensor(state["log"]["loss"])))
+    assert same(model_weights(out), state["model"])
+
+
+def test_a_gradient_that_is_not_finite_is_refused_before_the_step():
+    class InfiniteGradient(torch.nn.Module):
+        "A finite loss whose gradient is not finite."
+        def __init__(self):
+            super().__init__(); self.w = torch.nn.Parameter(torch.ones(()))
+            self.w.register_hook(lambda g: g * float("inf"))
+        def forward(self, x, mems=None, targets=None):
+            logits = self.w * torch.randn(*x.shape, 5, generator=torch.Generator().manual_seed(0))
+            return LMOutput(logits, None if targets is None else token_loss(logits, targets), None)
+    model = InfiniteGradient()
+    with pytest.raises(FloatingPointError, match="gradient norm became .* at step 1"):
+        train(model, stream_documents(torch.zeros(2, 20, dtype=torch.long)), 2, 8)
+    assert model.w.item() == 1.0
+
+
+def test_train_leaves_the_mode_as_it_found_it():
+    model = TransformerXL(TXLConfig.tiny(10)).eval()
+    train(model, stream_documents(torch.zeros(2, 40, dtype=torch.long)), 1, 8)
+    assert not model.training
+
+
+def test_the_model_call_takes_int32_ids_and_targets():
+    torch.manual_seed(0)
+    model = TransformerXL(TXLConfig.tiny(12)).eval()
+    ids = torch.randint(12, (2, 9))
+    a, b = model(ids[:, :-1], targets=ids[:, 1:]), model(ids[:, :-1].int(), targets=ids[:, 1:].int())
+    assert torch.equal(a.loss, b.loss) and torch.equal(a.logits, b.logits)
+
+
+@pytest.mark.parametrize("content", [b"\x89PNG\r\n\x1a\n" + bytes(200), "caf\u00e9".encode("latin-1") * 50])
+def test_a_binary_file_is_named_before_anything_is_written(tmp_path, content):
+    data = tmp_path / "data.bin"
+    data.write_bytes(content)
+    with pytest.raises(ValueError, match=f"{data} is not UTF-8 text"):
+        train_command(command(tmp_path / "run") + ["--data", str(data)])
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_git_checkout_is_read_without_its_git_folder(tmp_path):
+    checkout = tmp_path / "checkout"
+    (checkout / ".git" / "objects").mkdir(parents=True)
+    (checkout / ".git" / "objects" / "pack").write_bytes(bytes(range(256)) * 4)
+    (checkout / "README.md").write_text("a small text to learn from. " * 100)
+    corpus = load_splits(str(checkout))
+    assert "".join(corpus.vocab.decode(p) for p in (corpus.train, corpus.valid, corpus.test)) == \
+        (checkout / "README.md").read_text()
+
+
+@pytest.mark.parametrize("size", [1, 500])
+def test_a_text_too_short_says_how_much_is_needed_and_writes_nothing(tmp_path, size):
+    data, default = tmp_path / "short.txt", ["--steps", "1", "--quiet", "--eval-split", "test"]   # preset tiny, batch 16
+    data.write_text("ab" * (size // 2) + "a" * (size % 2))
+    with pytest.raises(ValueError, match=f"--data {data}: too little text, {size} symbols") as error:
+        train_command(default + ["--data", str(data), "--out", str(tmp_path / "run")])
+    assert not (tmp_path / "run").exists()
+    least = int(str(error.value).split("at least ")[1].split(" characters")[0].replace(",", ""))
+    data.write_text("ab" * (least // 2) + "a" * (least % 2))  # exactly enough: it trains
+    train_command(default + ["--data", str(data), "--out", str(tmp_path / "run")])
+    data.write_text("ab" * ((least - 1) // 2) + "a" * ((least - 1) % 2))
+    with pytest.raises(ValueError, match="too little text"):
+        train_command(default + ["--data", str(data), "--out", str(tmp_path / "run2")])
+
+
+def test_stop_after_0_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--stop-after", "0"])
+    assert "--stop-after must be >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_missing_device_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="--device cuda: this machine has 0 CUDA device"):
+        train_command(command(tmp_path / "run", "--device", "cuda"))
+    with pytest.raises(ValueError, match="not a device name"):
+        train_command(command(tmp_path / "run", "--device", "gpu"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_program_prints_one_line_and_exits_1(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv=command(tmp_path / "run", "--resume"))
+    assert exit_.value.code.startswith("error: ") and "nothing to resume" in exit_.value.code
