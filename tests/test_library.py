@@ -1,0 +1,193 @@
+"""Chapter 12: one factory, one save/load in safetensors + config.json, generate for every kind, the top level."""
+import json, re, tomllib
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import txl_lib
+from txl_lib import TXLConfig, build_model, from_pretrained, save_pretrained, generate, save_checkpoint, from_hf
+from txl_lib.model import TransformerXL
+from txl_lib.variants import PositionVariantLM
+from txl_lib.adaptive import AdaptiveTransformerXL
+from txl_lib.knn import KNNTransformerXL
+
+KINDS = {
+    "xl": (dict(), TransformerXL),
+    "type1": (dict(attn_type=1), PositionVariantLM),
+    "type3": (dict(attn_type=3, clamp_len=6), PositionVariantLM),
+    "adaptive": (dict(cutoffs=(10, 20), div_val=2), AdaptiveTransformerXL),
+    "adaptive_untied": (dict(cutoffs=(10,), d_embed=32, tie_weight=False), AdaptiveTransformerXL),
+    "knn": (dict(knn_layer=1, knn_capacity=32, knn_top_k=4), KNNTransformerXL),
+}
+
+
+def kind_model(kind, seed=0):
+    torch.manual_seed(seed)
+    model = build_model(TXLConfig.tiny(n_token=30, tgt_len=6, mem_len=6, **KINDS[kind][0])).eval()
+    with torch.no_grad():                      # spread the weights so a misplaced tensor shows in the logits
+        for p in model.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    return model
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_build_model_picks_the_class_of_each_extension(kind):
+    assert type(kind_model(kind)) is KINDS[kind][1]
+
+
+@pytest.mark.parametrize("extras", [dict(attn_type=1, knn_layer=1), dict(attn_type=2, cutoffs=(10,)),
+                                    dict(cutoffs=(10,), knn_layer=0)])
+def test_two_extensions_at_once_are_refused_by_the_config(extras):
+    with pytest.raises(ValueError, match="implemented for attn_type=0"):
+        TXLConfig.tiny(n_token=30, **extras)
+
+
+def test_build_model_refuses_what_is_not_a_config():
+    with pytest.raises(TypeError, match="config must be a TXLConfig"):
+        build_model({"n_token": 30})
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_save_and_load_are_exact_for_every_kind(kind, tmp_path):
+    model, x = kind_model(kind), torch.randint(0, 30, (2, 6))
+    folder = model.save_pretrained(tmp_path / "m")
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
+    loaded = from_pretrained(folder)
+    assert type(loaded) is type(model) and loaded.config == model.config and not loaded.training
+    a, b = model.state_dict(), loaded.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    groups = lambda m: sorted(sorted(n) for n in txl_lib.convert.tied_groups(m))
+    assert groups(loaded) == groups(model)                 # tied weights tied again, not two copies
+    torch.testing.assert_close(loaded(x).logits, model(x).logits, rtol=0, atol=0)
+
+
+def test_config_json_is_plain_json_of_the_config(tmp_path):
+    model = kind_model("adaptive")
+    stored = json.loads((save_pretrained(model, tmp_path) / "config.json").read_text())
+    assert stored.pop("model_type") == "txl_lib"
+    assert TXLConfig(**stored) == model.config
+
+
+def test_tied_weights_are_stored_once(tmp_path):
+    model = kind_model("xl")
+    stored = load_file(save_pretrained(model, tmp_path) / "model.safetensors")
+    assert len(stored) == len(model.state_dict()) - 1      # head.weight is word_emb.weight
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_generate_with_every_kind_equals_decoding_with_the_memory_alone(kind):
+    model, prompt = kind_model(kind), torch.randint(0, 30, (2, 5))
+    with torch.no_grad():
+        out, tokens = model(prompt), [prompt]
+        for _ in range(12):
+            tokens.append(out.logits[:, -1].argmax(-1, keepdim=True))
+            out = model(tokens[-1], mems=out.mems)
+    assert torch.equal(generate(model, prompt, 12, temperature=0), torch.cat(tokens, 1))
+
+
+@pytest.mark.parametrize("kind", ["type1", "knn", "adaptive"])
+def test_checkpoints_of_earlier_versions_still_load(kind, tmp_path):
+    model = kind_model(kind)
+    loaded = from_pretrained(save_checkpoint(tmp_path / "old.pt", model, step=3))
+    x = torch.randint(0, 30, (1, 6))
+    assert type(loaded) is type(model) and torch.equal(loaded(x).logits, model(x).logits)
+
+
+def refused(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_a_flipped_byte_is_refused(tmp_path):
+    folder = save_pretrained(kind_model("xl"), tmp_path)
+    data = bytearray((folder / "model.safetensors").read_bytes()); data[-3] ^= 0x40
+    (folder / "model.safetensors").write_bytes(bytes(data))
+    refused(lambda: from_pretrained(folder), "is corrupt")
+
+
+def test_a_truncated_weights_file_is_refused_naming_it(tmp_path):
+    folder = save_pretrained(kind_model("xl"), tmp_path)
+    data = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(data[: len(data) // 3])
+    refused(lambda: from_pretrained(folder), "model.safetensors is not a readable safetensors file")
+
+
+@pytest.mark.parametrize("text, match", [("[1, 2]", "holds a JSON list"), ("{not json", "is not valid JSON"),
+                                         ('{"model_type": "txl_lib", "n_token": 31}', "differs from the config stored")])
+def test_a_bad_or_mismatched_config_json_is_refused(tmp_path, text, match):
+    folder = save_pretrained(kind_model("xl"), tmp_path)
+    (folder / "config.json").write_text(text)
+    refused(lambda: from_pretrained(folder), match)
+
+
+def test_an_implausible_stored_config_allocates_nothing(tmp_path):
+    folder = save_pretrained(kind_model("xl"), tmp_path)
+    weights = load_file(folder / "model.safetensors")
+    from safetensors import safe_open
+    with safe_open(folder / "model.safetensors", "pt") as f:
+        metadata = f.metadata()
+    config = json.loads(metadata["config"]); config["d_model"] = 100_000; config["d_inner"] = 400_000
+    metadata["config"] = json.dumps(config)
+    save_file(weights, folder / "model.safetensors", metadata=metadata)
+    (folder / "config.json").unlink()
+    refused(lambda: from_pretrained(folder), "do not fit the stored config")   # a real build would need ~400 GB
+
+
+def test_a_crash_while_saving_leaves_the_old_files_and_no_temporary(tmp_path, monkeypatch):
+    folder = save_pretrained(kind_model("xl", seed=0), tmp_path)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    real_replace = Path.replace
+    def crash(self, target):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(Path, "replace", crash)
+    with pytest.raises(OSError):
+        save_pretrained(kind_model("xl", seed=1), folder)
+    monkeypatch.setattr(Path, "replace", real_replace)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+
+def test_save_pretrained_refuses_what_is_not_our_model(tmp_path):
+    with pytest.raises(TypeError, match="txl_lib language model"):
+        save_pretrained(torch.nn.Linear(2, 2), tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
+def test_from_hf_accepts_an_adaptive_model():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    hf = transformers.TransfoXLLMHeadModel(transformers.TransfoXLConfig(
+        vocab_size=40, cutoffs=[10, 25], d_model=16, d_embed=24, n_head=2, d_head=8, d_inner=32, n_layer=2,
+        mem_len=6, div_val=2, dropout=0.0, dropatt=0.0)).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+        ids = torch.randint(0, 40, (2, 7))
+        theirs = hf(ids, mems=[torch.empty(0, 2, 16)] * 2).prediction_scores
+        ours = from_hf(hf)
+        assert isinstance(ours, AdaptiveTransformerXL)
+        torch.testing.assert_close(ours(ids).logits, theirs, atol=1e-4, rtol=0)
+
+
+def test_the_top_level_exports_what_a_user_needs():
+    for name in ["TXLConfig", "TransformerXL", "build_model", "from_pretrained", "save_pretrained", "generate",
+                 "CharVocab", "train", "evaluate", "LMOutput"]:
+        assert name in txl_lib.__all__ and hasattr(txl_lib, name)
+    version = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["version"]
+    assert txl_lib.__version__ == version
+    assert (Path(txl_lib.__file__).parent / "py.typed").is_file()
+
+
+def test_the_readme_example_runs_as_written(tmp_path, monkeypatch, capsys):
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    section = readme[readme.index("## Using the library"):]
+    code = section[section.index("```python\n") + len("```python\n"):section.index("```\n", section.index("```python"))]
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    printed = capsys.readouterr().out.replace("\r", "\n").splitlines()
+    bits = next(float(line) for line in printed if re.fullmatch(r"\d+\.\d+", line.strip()))
+    assert bits < 4.0                                     # trained: a uniform guess over pydoc's ~100 symbols is 6.7
+    assert sorted(p.name for p in (tmp_path / "tiny").iterdir()) == ["config.json", "model.safetensors"]
+    assert type(namespace["model"]) is TransformerXL
