@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from txl_lib import bench
 from txl_lib.bench import (MODES, bench_model, cached_logits, check_same_function, count_flops, readers,
                            recompute_logits, saved_tensor_bytes)
 from txl_lib.model import InferenceCache, TXLConfig, TransformerXL
@@ -15,7 +16,7 @@ from txl_lib.model import InferenceCache, TXLConfig, TransformerXL
 
 def test_quick_benchmark_writes_the_documented_records(tmp_path):
     out = tmp_path / "bench.json"
-    subprocess.run([sys.executable, "-m", "txl_lib.bench", "--quick", "--json", str(out), "--threads", "1"],
+    subprocess.run([sys.executable, "-m", "txl_lib.bench", "--quick", "--train", "--json", str(out), "--threads", "1"],
                    check=True, capture_output=True, timeout=120)
     records = json.loads(out.read_text())
     meta = [r for r in records if r["mode"] == "meta"]
@@ -139,3 +140,26 @@ def test_the_readme_quotes_the_run_committed_in_chapter_07():
     assert len(tables) >= 10, printed[-500:]
     readme = (root / "README.md").read_text().splitlines()
     assert [line for line in tables if line not in readme] == []
+
+
+def test_quick_needs_no_transformers_and_compares_training_only_when_asked(monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)          # as if not installed: importing it fails
+    records = bench.main(["--quick", "--lengths", "48", "--repeats", "1"])
+    assert records and not any(r["mode"] == "train" for r in records)
+
+
+@pytest.mark.parametrize("flag, package", [("--plot", "matplotlib"), ("--train", "transformers")])
+def test_a_missing_package_is_refused_before_measuring(monkeypatch, tmp_path, flag, package):
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else real(name, *a))
+    monkeypatch.setattr(bench, "benchmark", lambda *a, **k: pytest.fail("measured before refusing"))
+    argv = ["--quick", flag] + ([str(tmp_path / "speed.png")] if flag == "--plot" else [])
+    with pytest.raises(ImportError, match=f"{flag} needs {package}"):
+        bench.main(argv)
+
+
+def test_an_output_folder_that_does_not_exist_is_refused_before_measuring(monkeypatch, tmp_path):
+    monkeypatch.setattr(bench, "benchmark", lambda *a, **k: pytest.fail("measured before refusing"))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        bench.main(["--quick", "--json", str(tmp_path / "missing" / "records.json")])

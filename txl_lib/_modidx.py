@@ -117,6 +117,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'txl_lib.bench.bench_model': ('speed_benchmark.html#bench_model', 'txl_lib/bench.py'),
                                'txl_lib.bench.benchmark': ('speed_benchmark.html#benchmark', 'txl_lib/bench.py'),
                                'txl_lib.bench.cached_logits': ('speed_benchmark.html#cached_logits', 'txl_lib/bench.py'),
+                               'txl_lib.bench.check_outputs': ('speed_benchmark.html#check_outputs', 'txl_lib/bench.py'),
                                'txl_lib.bench.check_same_function': ('speed_benchmark.html#check_same_function', 'txl_lib/bench.py'),
                                'txl_lib.bench.count_flops': ('speed_benchmark.html#count_flops', 'txl_lib/bench.py'),
                                'txl_lib.bench.fastest_seconds': ('speed_benchmark.html#fastest_seconds', 'txl_lib/bench.py'),

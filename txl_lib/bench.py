@@ -7,7 +7,8 @@ __all__ = ['MODES', 'XL_MODES', 'PAPER_SPEEDUPS', 'COLUMNS', 'CELLS', 'bench_mod
            'cached_logits', 'check_same_function', 'fastest_seconds', 'CachedReader', 'readers', 'time_modes',
            'count_flops', 'measure', 'machine', 'records_for', 'significant', 'format_table', 'plot_speedups',
            'benchmark', 'read_bandwidth', 'generation_floor_ms', 'saved_tensor_bytes', 'hf_twin', 'hf_losses',
-           'our_losses', 'measure_training', 'training_comparison', 'format_training', 'parse_args', 'main']
+           'our_losses', 'measure_training', 'training_comparison', 'format_training', 'parse_args', 'check_outputs',
+           'main']
 
 # %% ../notebooks/07_speed_benchmark.ipynb #c001
 import argparse, json, platform, sys, time
@@ -323,14 +324,26 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--train", action="store_true", help="also compare a training step with the HF port")
-    parser.add_argument("--quick", action="store_true", help="small lengths and model: a check in seconds")
+    parser.add_argument("--quick", action="store_true", help="small lengths and model: a check in seconds (with --train, a small training comparison)")
     parser.add_argument("--json", type=Path, help="write the records to this file")
     parser.add_argument("--plot", type=Path, help="write the speed-up figure to this PNG")
     return parser.parse_args(argv)
 
 # %% ../notebooks/07_speed_benchmark.ipynb #c131
+def check_outputs(args: argparse.Namespace):
+    "Before any measurement, refuse what would fail after it: a missing package or output folder."
+    from importlib.util import find_spec
+    for flag, asked, package, extra in [("--plot", args.plot is not None, "matplotlib", "plot"),
+                                        ("--train", args.train, "transformers", "hf")]:
+        if asked and find_spec(package) is None:
+            raise ImportError(f"{flag} needs {package}, which is not installed: pip install 'txl-lib[{extra}]'")
+    for flag, path in [("--json", args.json), ("--plot", args.plot)]:
+        if path is not None and not path.parent.is_dir():
+            raise FileNotFoundError(f"{flag} {path}: the folder {path.parent} does not exist")
+
 def main(argv=None) -> list[dict]:
     args = parse_args(argv)
+    check_outputs(args)                                   # before the long run, not after it
     if args.threads is not None:
         torch.set_num_threads(check_int("threads", args.threads, 1))
     if args.quick:
@@ -340,7 +353,7 @@ def main(argv=None) -> list[dict]:
     for title, field in [("ms per token", "ms_per_token"), ("speed-up (efficiency)", "speedup"),
                          ("GFLOP/s of the matrix products", "gflop_per_s")]:
         print(f"{title}:", format_table(records, field), sep="\n")
-    if args.train or args.quick:
+    if args.train:
         size = dict(n_layer=2, d_model=64, d_head=16, d_inner=256, tgt_len=32) if args.quick else \
                dict(n_layer=4, d_model=256, d_head=64, d_inner=1024, tgt_len=128)
         records += training_comparison(TXLConfig(n_token=256, n_head=4, mem_len=size["tgt_len"], **size))
