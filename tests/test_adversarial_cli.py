@@ -5,6 +5,7 @@ written; a loss that is not finite stops the run with its last checkpoint kept."
 import errno
 import json
 import os
+import pathlib
 import random
 import signal
 import subprocess
@@ -15,11 +16,12 @@ import pytest
 import torch
 
 import txl_lib.cli as cli
+from txl_lib import from_pretrained
 from txl_lib.cli import parse_args, run_lock, train_command
 from txl_lib.corpora import load_splits
 from txl_lib.data import batchify
 from txl_lib.generate import generate_command
-from txl_lib.model import TXLConfig, TransformerXL
+from txl_lib.model import TXLConfig, TransformerXL, save_checkpoint
 from txl_lib.train import LMOutput, stream_documents, token_loss, train
 
 SMALL = ["--data", "pydoc", "--batch-size", "4", "--set", "n_layer=1", "--set", "d_model=32", "--set", "d_inner=64",
@@ -35,7 +37,8 @@ def state_weights(folder) -> dict:
 
 
 def model_weights(folder) -> dict:
-    return torch.load(folder / "model.pt", weights_only=True)["model"]
+    "The weights of the run folder's model copy (config.json + model.safetensors), read by from_pretrained."
+    return from_pretrained(folder).state_dict()
 
 
 def same(a: dict, b: dict) -> bool:
@@ -84,27 +87,30 @@ def resume_exactly_or_refuse(out, reference):
     return "resumed"
 
 
-@pytest.mark.parametrize("n", [1, 2, 4, 5, 6, 8])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 8])
 def test_a_crash_between_any_two_writes_resumes_exactly(tmp_path, monkeypatch, reference, n):
     out = tmp_path / "run"
     with monkeypatch.context() as patch:
-        crash_after_renames(patch, n)            # each save renames state.pt, model.pt, vocab.json, log.json
+        crash_after_renames(patch, n)   # each save: state.pt, vocab.json, model.safetensors, config.json, log.json
         with pytest.raises(Crash):
             train_command(command(out, "--save-every", "2"))
     assert resume_exactly_or_refuse(out, reference) == "resumed"
 
 
-@pytest.mark.parametrize("full_at", [1, 2, 4])
+@pytest.mark.parametrize("full_at", [1, 2, 3, 4])
 def test_a_full_disk_keeps_the_last_checkpoint_and_resumes_exactly(tmp_path, monkeypatch, reference, full_at):
-    out, real, calls = tmp_path / "run", torch.save, [0]
+    out, calls = tmp_path / "run", [0]
 
-    def save(obj, f, *args, **kwargs):
-        calls[0] += 1
-        if calls[0] >= full_at:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real(obj, f, *args, **kwargs)
-    with monkeypatch.context() as patch:
-        patch.setattr(torch, "save", save)       # each save writes state.pt, then model.pt
+    def full_from_call(real):
+        def write(*args, **kwargs):
+            calls[0] += 1
+            if calls[0] >= full_at:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real(*args, **kwargs)
+        return write
+    with monkeypatch.context() as patch:       # each save writes state.pt, then model.safetensors and config.json
+        patch.setattr(torch, "save", full_from_call(torch.save))
+        patch.setattr(pathlib.Path, "write_bytes", full_from_call(pathlib.Path.write_bytes))
         with pytest.raises(OSError, match="disk is full"):
             train_command(command(out, "--save-every", "2"))
     assert not list(out.glob("*.tmp"))
@@ -149,8 +155,11 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     (out / "run.lock").write_text(f"{dead.pid} somewhere\n")
+    (out / "state.ptk3j9x_.tmp").write_bytes(b"half")      # what killed saves left
+    (out / "model.safetensors.tmp").write_bytes(b"half")
     train_command(command(out, steps=2))
-    assert sorted(p.name for p in out.iterdir()) == ["log.json", "model.pt", "state.pt", "vocab.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "log.json", "model.safetensors", "state.pt",
+                                                     "vocab.json"]
 
 
 def test_a_fresh_run_never_spoils_a_run_already_in_the_folder(tmp_path, monkeypatch):
@@ -174,18 +183,32 @@ def test_overwrite_never_leaves_a_model_beside_another_vocabulary(tmp_path, monk
     out, other = tmp_path / "run", tmp_path / "other.txt"
     other.write_text("another corpus, another vocabulary. " * 40)
     train_command(command(out, steps=2))
-    for n in (1, 2, 3):                                 # a kill after state.pt, vocab.json, model.pt of the new run
+    for n in (1, 2, 3, 4):     # a kill after state.pt, vocab.json, model.safetensors, config.json of the new run
         with monkeypatch.context() as patch:
             crash_after_renames(patch, n)
             with pytest.raises(Crash):
                 train_command(command(out, "--overwrite", steps=2) + ["--data", str(other)])
         vocab = json.loads((out / "vocab.json").read_text())
-        if (out / "model.pt").exists():
-            assert torch.load(out / "model.pt", weights_only=True)["config"]["n_token"] == len(vocab)
+        if (out / "model.safetensors").exists():
+            assert from_pretrained(out).config.n_token == len(vocab)
             generate_command(["--checkpoint", str(out), "--tokens", "2", "--prompt", vocab[0]])
         else:
-            with pytest.raises(FileNotFoundError, match=f"no checkpoint at {out / 'model.pt'}"):
+            with pytest.raises(FileNotFoundError, match=f"{out} holds no model.safetensors: the run has not saved"):
                 generate_command(["--checkpoint", str(out), "--tokens", "2", "--prompt", vocab[0]])
+
+
+def test_a_run_of_an_earlier_version_loses_its_model_pt_at_the_first_save(tmp_path, reference):
+    """A folder as the command wrote it before (state.pt, model.pt, vocab.json): a fresh run sees a run there, and a
+    resumed one replaces model.pt by config.json + model.safetensors, so no two copies disagree."""
+    out = tmp_path / "run"
+    train_command(command(out, "--stop-after", "3"))
+    save_checkpoint(out / "model.pt", from_pretrained(out), step=3)
+    for name in ("model.safetensors", "config.json"):
+        (out / name).unlink()
+    with pytest.raises(FileExistsError, match=r"holds a run \(state.pt, vocab.json, log.json, model.pt\)"):
+        train_command(command(out))
+    train_command(command(out, "--resume"))
+    assert not (out / "model.pt").exists() and same(model_weights(out), reference[0])
 
 
 def test_a_run_that_fails_before_its_first_checkpoint_leaves_no_folder(tmp_path):
@@ -234,7 +257,7 @@ def test_a_damaged_state_is_named_and_the_copies_do_not_matter(tmp_path, referen
     with pytest.raises(ValueError, match=f"{out / 'state.pt'} cannot be read"):
         train_command(command(out, "--resume"))
     (out / "state.pt").write_bytes(state)
-    for name in ("model.pt", "log.json"):               # copies for people: resume reads state.pt alone
+    for name in ("model.safetensors", "config.json", "log.json"):   # copies for people: resume reads state.pt
         (out / name).write_bytes(damage((out / name).read_bytes()))
     train_command(command(out, "--resume"))
     assert same(model_weights(out), reference[0])
@@ -248,8 +271,8 @@ def test_a_damaged_model_or_vocabulary_is_named_by_the_generate_command(tmp_path
     with pytest.raises(ValueError, match=f"{out / 'vocab.json'} is not a run's vocab.json"):
         generate_command(["--checkpoint", str(out)])
     (out / "vocab.json").write_text(vocab)
-    (out / "model.pt").write_bytes((out / "model.pt").read_bytes()[:100])
-    with pytest.raises(ValueError, match=f"{out / 'model.pt'}"):
+    (out / "model.safetensors").write_bytes((out / "model.safetensors").read_bytes()[:100])
+    with pytest.raises(ValueError, match=f"{out / 'model.safetensors'} is not a readable safetensors file"):
         generate_command(["--checkpoint", str(out)])
 
 
@@ -257,7 +280,8 @@ def test_generate_reads_a_run_folder_and_names_a_state_file(tmp_path):
     out = tmp_path / "run"
     train_command(command(out, steps=2))
     from_folder = generate_command(["--checkpoint", str(out), "--prompt", "def ", "--tokens", "12"])
-    assert from_folder == generate_command(["--checkpoint", str(out / "model.pt"), "--prompt", "def ", "--tokens", "12"])
+    (out / "config.json").unlink()                      # as a save cut between the two files leaves it
+    assert from_folder == generate_command(["--checkpoint", str(out), "--prompt", "def ", "--tokens", "12"])
     with pytest.raises(ValueError, match="state.pt \\(what --resume reads\\), not a model to sample: pass the run"):
         generate_command(["--checkpoint", str(out / "state.pt")])
 

@@ -14,18 +14,20 @@ from pathlib import Path
 import pytest
 import torch
 
+from txl_lib import from_pretrained
 from txl_lib.cli import build_config, local_streams, parse_args, stream_shares, train_command
 from txl_lib.corpora import load_splits
 from txl_lib.data import batchify
 from txl_lib.generate import generate_command, parse_args as generate_args
-from txl_lib.model import load_checkpoint
+from txl_lib.model import save_checkpoint
 
 SMALL = ["--data", "pydoc", "--batch-size", "4", "--set", "n_layer=1", "--set", "d_model=32", "--set", "d_inner=64",
          "--set", "tgt_len=16", "--set", "mem_len=16", "--eval-tokens", "500"]
 
 
 def weights(folder):
-    return torch.load(folder / "model.pt", weights_only=True)["model"]
+    "The weights of a run folder's model copy (config.json + model.safetensors), as from_pretrained reads them."
+    return from_pretrained(folder).state_dict()
 
 
 def test_a_few_steps_then_resume_equals_one_uninterrupted_run(tmp_path, capsys):
@@ -39,19 +41,43 @@ def test_a_few_steps_then_resume_equals_one_uninterrupted_run(tmp_path, capsys):
     assert resumed["loss"] == straight["loss"] and resumed["final_bits"] == straight["final_bits"]
     assert [s for s, _ in straight["eval"]] == [4, 8]
     assert "final:" in capsys.readouterr().out
-    model, step = load_checkpoint(tmp_path / "a" / "model.pt")
-    assert step == 8 and model.config.n_layer == 1
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["config.json", "log.json", "model.safetensors",
+                                                                  "state.pt", "vocab.json"]
+    model = from_pretrained(tmp_path / "a")
+    assert model.config == run_config(SMALL, tmp_path / "a")
+    assert same(model.state_dict(), torch.load(tmp_path / "a" / "state.pt", weights_only=True)["model"])
     assert sorted(json.loads((tmp_path / "a" / "log.json").read_text())) == ["eval", "final_bits", "final_split",
                                                                              "final_symbols", "loss"]
 
 
+def run_config(argv, folder):
+    "The config the command line makes, with the vocabulary size of the run's vocab.json."
+    return build_config("tiny", parse_args(argv).set, len(json.loads((folder / "vocab.json").read_text())))
+
+
+def same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_generate_command_continues_a_prompt(tmp_path):
     train_command(SMALL + ["--steps", "2", "--out", str(tmp_path / "run")])
-    text = generate_command(["--checkpoint", str(tmp_path / "run" / "model.pt"), "--prompt", "def ", "--tokens", "9"])
+    text = generate_command(["--checkpoint", str(tmp_path / "run"), "--prompt", "def ", "--tokens", "9"])
     assert text.startswith("def ") and len(text) == 13
     (tmp_path / "other.json").write_text(json.dumps(["a", "b"]))
     with pytest.raises(ValueError, match="not the same run"):
-        generate_command(["--checkpoint", str(tmp_path / "run" / "model.pt"), "--vocab", str(tmp_path / "other.json")])
+        generate_command(["--checkpoint", str(tmp_path / "run"), "--vocab", str(tmp_path / "other.json")])
+
+
+def test_generate_reads_the_model_pt_of_an_earlier_version_s_run(tmp_path):
+    run, older = tmp_path / "run", tmp_path / "older"
+    train_command(SMALL + ["--steps", "2", "--out", str(run)])
+    older.mkdir()                                      # what the command wrote before config.json + model.safetensors
+    save_checkpoint(older / "model.pt", from_pretrained(run), step=2)
+    (older / "vocab.json").write_text((run / "vocab.json").read_text())
+    argv = ["--prompt", "def ", "--tokens", "12"]
+    expected = generate_command(["--checkpoint", str(run), *argv])
+    assert generate_command(["--checkpoint", str(older / "model.pt"), *argv]) == expected
+    assert generate_command(["--checkpoint", str(older), *argv]) == expected
 
 
 def free_port() -> str:
@@ -113,7 +139,7 @@ def test_the_whole_test_split_equals_one_long_forward_pass(tmp_path):
                          "--set", "d_inner=64", "--set", "tgt_len=8", "--set", "mem_len=8", "--steps", "3",
                          "--eval-split", "test", "--eval-tgt-len", "5", "--eval-mem-len", "64",
                          "--out", str(tmp_path / "run")])
-    model, _ = load_checkpoint(tmp_path / "run" / "model.pt")
+    model = from_pretrained(tmp_path / "run")
     streams = batchify(load_splits(str(text)).test, 4)                 # 4 streams, each shorter than 64 + 5
     with torch.no_grad():                                              # memory covers everything: no segments
         loss = model.eval()(streams[:, :-1], targets=streams[:, 1:]).loss
@@ -153,3 +179,26 @@ def test_bad_rates_are_refused_before_anything_is_written(tmp_path, argv, messag
 def test_bfloat16_autocast_trains(tmp_path):
     log = train_command(SMALL + ["--steps", "3", "--bf16", "--out", str(tmp_path / "bf16")])
     assert len(log["loss"]) == 3 and all(0 < loss < 10 for loss in log["loss"]) and log["final_bits"] < 10
+
+
+KINDS = {"attn_type=1": ["--set", "attn_type=1"], "attn_type=2": ["--set", "attn_type=2"],
+         "attn_type=3": ["--set", "attn_type=3", "--set", "d_head=8"],            # 4 heads of 8 = d_model 32
+         "knn_layer=1": ["--set", "n_layer=2", "--set", "knn_layer=1", "--set", "knn_capacity=24", "--set",
+                         "knn_top_k=4"]}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_kind_of_model_trains_and_resumes_exactly(tmp_path, kind):
+    "The original's attention types (chapter 08) and the KNN memory (chapter 10), built by chapter 12's build_model."
+    argv = SMALL + KINDS[kind] + ["--steps", "6", "--quiet"]
+    straight = train_command(argv + ["--out", str(tmp_path / "a")])
+    train_command(argv + ["--out", str(tmp_path / "b"), "--stop-after", "3"])
+    saved = torch.load(tmp_path / "b" / "state.pt", weights_only=True)["processes"][0]
+    if kind.startswith("knn"):                         # the store is full at step 3: resuming without it would differ
+        assert saved["store"]["length"].tolist() == [24] * 4
+    resumed = train_command(argv + ["--out", str(tmp_path / "b"), "--resume"])
+    model = from_pretrained(tmp_path / "b")
+    assert model.config == run_config(argv, tmp_path / "b")
+    assert type(model).__name__ == ("KNNTransformerXL" if kind.startswith("knn") else "PositionVariantLM")
+    assert resumed["loss"] == straight["loss"] and resumed["final_bits"] == straight["final_bits"]
+    assert same(weights(tmp_path / "a"), weights(tmp_path / "b"))

@@ -3,10 +3,14 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from txl_lib.convert import from_hf, from_original
 from txl_lib.model import TXLConfig, TransformerXL, generate
-from txl_lib.train import evaluate, memory_length, token_loss
+from txl_lib import build_model
+from txl_lib.data import IGNORE, mean_loss, token_loss
+from txl_lib.train import evaluate, memory_length
+from txl_lib.vanilla import VanillaTransformerLM
 
 warnings.filterwarnings("ignore", message="IProgress not found")
 from transformers import TransfoXLConfig, TransfoXLLMHeadModel  # noqa: E402
@@ -183,3 +187,43 @@ def test_reference_run_of_chapter_06_loads_strictly_and_fits_its_budget():
         builders[key.split("/")[0]]().load_state_dict({k.removeprefix(prefix): v for k, v in weights.items()
                                                        if k.startswith(prefix)})
     assert all(any(k.startswith(key + "/") for key in log["models"]) for k in weights)    # nothing unaccounted for
+
+
+MODEL_KINDS = {
+    "vanilla": lambda: VanillaTransformerLM(23, n_layer=2, n_head=2, d_model=16, d_inner=32),
+    "transformer-xl": lambda: build_model(TXLConfig(n_token=23, d_model=16, d_head=8, n_head=2, d_inner=32, mem_len=4)),
+    "adaptive": lambda: build_model(TXLConfig(n_token=23, d_model=16, d_head=8, n_head=2, d_inner=32, mem_len=4,
+                                              cutoffs=(8, 15), div_val=2)),
+    "knn": lambda: build_model(TXLConfig(n_token=23, d_model=16, d_head=8, n_head=2, d_inner=32, mem_len=4,
+                                         knn_layer=1, knn_capacity=16, knn_top_k=4)),
+    **{f"attn_type {t}": (lambda t=t: build_model(TXLConfig(n_token=23, d_model=16, d_head=8, n_head=2, d_inner=32,
+                                                            mem_len=4, attn_type=t))) for t in (1, 2, 3)},
+}
+
+
+@pytest.mark.parametrize("kind", MODEL_KINDS)
+def test_every_model_gives_the_mean_loss_to_train_on(kind):
+    torch.manual_seed(0)
+    model = MODEL_KINDS[kind]().eval()
+    x = torch.randint(23, (3, 6))
+    targets = torch.randint(23, (3, 6))
+    targets[0, :4], targets[2, 5] = IGNORE, IGNORE                       # 5 of 18 targets not scored
+    assert model(x).mean_loss is None and model(x).loss is None
+    out = model(x, targets=targets)
+    assert out.mean_loss.shape == () and out.mean_loss.requires_grad
+    torch.testing.assert_close(out.mean_loss, mean_loss(out.loss, targets), atol=0, rtol=0)
+    # independently: the log-probabilities of the targets, by hand, averaged over the 13 scored ones
+    log_probs = model(x).logits.log_softmax(-1)                          # adaptive: already log-probabilities
+    scored = targets != IGNORE
+    by_hand = -log_probs[scored].gather(1, targets[scored][:, None]).sum() / 13
+    torch.testing.assert_close(out.mean_loss, by_hand, atol=1e-5, rtol=1e-5)
+    if out.logits is not None:                                           # PyTorch's mean over non-ignored targets
+        torch.testing.assert_close(out.mean_loss, F.cross_entropy(out.logits.flatten(0, 1), targets.flatten()))
+    params = [p for p in model.parameters() if p.requires_grad]       # the scalar a user trains on: its gradient
+    grads = torch.autograd.grad(out.mean_loss, params, allow_unused=True, retain_graph=True)
+    expected = torch.autograd.grad(by_hand, params, allow_unused=True)
+    for g, e in zip(grads, expected):
+        assert (g is None) == (e is None) and (g is None or torch.allclose(g, e, atol=1e-6, rtol=1e-4))
+    assert any(g is not None and g.abs().sum() > 0 for g in grads)
+    nothing = model(x, targets=torch.full_like(targets, IGNORE))         # nothing to score: 0, not NaN
+    assert nothing.mean_loss.item() == 0 and not nothing.loss.any()

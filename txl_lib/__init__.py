@@ -157,7 +157,12 @@ def check_saveable(model) -> TXLConfig:
 from importlib.metadata import version as _version, PackageNotFoundError as _NotInstalled
 from .utils import seed_everything
 from .data import CharVocab, IGNORE, load_corpus, corpus_streams
-from .train import LMOutput, train, evaluate, mean_loss, stream_documents
+from .data import LMOutput, mean_loss
+from .train import train, evaluate, stream_documents
+import importlib as _importlib
+_importlib.import_module("txl_lib.generate")       # the command's module before the function of its name
+import warnings as _warnings       # `python -m txl_lib.train` / `.generate` run modules imported here: harmless
+_warnings.filterwarnings("ignore", r"'txl_lib\.(train|generate)' found in sys\.modules", RuntimeWarning)
 from .model import TXLConfig, TransformerXL, generate, save_checkpoint, load_checkpoint
 from .adaptive import WordVocab
 from .convert import from_hf, from_original

@@ -137,51 +137,71 @@ class RelativeMultiHeadAttention(nn.Module):
         heads = self.qkv(self.norm(x) if self.pre_lnorm else x)                                   # (B, T, 3HD)
         return rearrange(heads, "b t (three h d) -> three b h t d", three=3, h=self.n_head)
 
-    def project_positions(self, r: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
-        "W_r·R as (H, K, D); with a cache, computed once per length K."
-        if cache is not None and r.size(0) in cache.positions:
-            return cache.positions[r.size(0)]
-        projected = rearrange(self.w_r(r), "k (h d) -> h k d", h=self.n_head)                    # (H, K, D)
-        if cache is not None:
-            cache.positions[r.size(0)] = projected
-        return projected
+def _method(cls, kind=None):
+    "Decorator for a class built up across cells: `def _name` becomes `cls.name` (wrapped in `kind`, e.g. property)."
+    def attach(function):
+        name = function.__name__.removeprefix("_")
+        function.__name__, function.__qualname__ = name, f"{cls.__name__}.{name}"
+        setattr(cls, name, function if kind is None else kind(function))
+        return function
+    return attach
 
-    def keys_values(self, x, mem, cache: LayerCache | None = None):
-        "Queries (B,H,T,D) of x, keys and values (B,H,K,D) of [memory, x]; with a cache, the memory's come from it."
-        if cache is not None:
-            q, k, val = self.project(x)
-            return (q, *cache.append(k, val))
-        context = x if mem is None or mem.size(1) == 0 else torch.cat([mem, x], dim=1)          # (B, K, E)
-        q, k, val = self.project(context)
-        return q[:, :, -x.size(1):], k, val
+# %% ../notebooks/05_relative_shift.ipynb #c315
+@_method(RelativeMultiHeadAttention)
+def _project_positions(self, r: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
+    "W_r·R as (H, K, D); with a cache, computed once per length K."
+    if cache is not None and r.size(0) in cache.positions:
+        return cache.positions[r.size(0)]
+    projected = rearrange(self.w_r(r), "k (h d) -> h k d", h=self.n_head)                    # (H, K, D)
+    if cache is not None:
+        cache.positions[r.size(0)] = projected
+    return projected
 
-    def scores(self, x, r, u, v, mem, cache: LayerCache | None = None):
-        "Scaled scores (B, H, T, K) and values (B, H, K, D)."
-        q, k, val = self.keys_values(x, mem, cache)
-        return self.relative_scores(q, k, r, u, v, cache), val
+@_method(RelativeMultiHeadAttention)
+def _keys_values(self, x, mem, cache: LayerCache | None = None):
+    "Queries (B,H,T,D) of x, keys and values (B,H,K,D) of [memory, x]; with a cache, the memory's come from it."
+    if cache is not None:
+        q, k, val = self.project(x)
+        return (q, *cache.append(k, val))
+    context = x if mem is None or mem.size(1) == 0 else torch.cat([mem, x], dim=1)          # (B, K, E)
+    q, k, val = self.project(context)
+    return q[:, :, -x.size(1):], k, val
 
-    def relative_scores(self, q, k, r, u, v, cache: LayerCache | None = None):
-        "(a)+(b)+(c)+(d), scaled: q (B,H,T,D), k (B,H,K,D), r = R (K,E) -> (B,H,T,K)."
-        r = self.project_positions(r, cache)                                                     # (H, K, D)
-        return (content_score(q, k, u) + rel_shift(position_score_unaligned(q, r, v))) * self.scale
+# %% ../notebooks/05_relative_shift.ipynb #c317
+@_method(RelativeMultiHeadAttention)
+def _scores(self, x, r, u, v, mem, cache: LayerCache | None = None):
+    "Scaled scores (B, H, T, K) and values (B, H, K, D)."
+    q, k, val = self.keys_values(x, mem, cache)
+    return self.relative_scores(q, k, r, u, v, cache), val
 
-    def forward(self, x: torch.Tensor, r: torch.Tensor, u: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
-                mem: torch.Tensor | None = None, cache: LayerCache | None = None) -> torch.Tensor:
-        "x (B,T,E), r = R (K,E), u and v (H,D), mask (T,K) bool, mem (B,M,E) or None -> (B,T,E)."
-        score, val = self.scores(x, r, u, v, mem, cache)
-        return self.attend(x, score, val, mask)
+@_method(RelativeMultiHeadAttention)
+def _relative_scores(self, q, k, r, u, v, cache: LayerCache | None = None):
+    "(a)+(b)+(c)+(d), scaled: q (B,H,T,D), k (B,H,K,D), r = R (K,E) -> (B,H,T,K)."
+    r = self.project_positions(r, cache)                                                     # (H, K, D)
+    return (content_score(q, k, u) + rel_shift(position_score_unaligned(q, r, v))) * self.scale
 
-    def attend(self, x, score, val, mask):
-        "Masked softmax over the scores, weighted values, then the output block -> (B, T, E)."
-        return self.output(x, self.weighted_values(score, val, mask))
+@_method(RelativeMultiHeadAttention)
+def _forward(self, x: torch.Tensor, r: torch.Tensor, u: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+             mem: torch.Tensor | None = None, cache: LayerCache | None = None) -> torch.Tensor:
+    "x (B,T,E), r = R (K,E), u and v (H,D), mask (T,K) bool, mem (B,M,E) or None -> (B,T,E)."
+    score, val = self.scores(x, r, u, v, mem, cache)
+    return self.attend(x, score, val, mask)
 
-    def weighted_values(self, score, val, mask):
-        "Mask, softmax (in float32), attention dropout, weighted sum of values: per head (B, H, T, D)."
-        score = score.float().masked_fill(mask, float("-inf"))
-        prob = self.dropatt(score.softmax(dim=-1).to(val.dtype))                                  # (B, H, T, K)
-        return torch.einsum("bhij,bhjd->bhid", prob, val)
+# %% ../notebooks/05_relative_shift.ipynb #c319
+@_method(RelativeMultiHeadAttention)
+def _attend(self, x, score, val, mask):
+    "Masked softmax over the scores, weighted values, then the output block -> (B, T, E)."
+    return self.output(x, self.weighted_values(score, val, mask))
 
-    def output(self, x, heads):
-        "Heads (B, H, T, D) merged, output projection, dropout, residual and layer norm -> (B, T, E)."
-        output = x + self.drop(self.out(rearrange(heads, "b h t d -> b t (h d)")))
-        return output if self.pre_lnorm else self.norm(output)
+@_method(RelativeMultiHeadAttention)
+def _weighted_values(self, score, val, mask):
+    "Mask, softmax (in float32), attention dropout, weighted sum of values: per head (B, H, T, D)."
+    score = score.float().masked_fill(mask, float("-inf"))
+    prob = self.dropatt(score.softmax(dim=-1).to(val.dtype))                                  # (B, H, T, K)
+    return torch.einsum("bhij,bhjd->bhid", prob, val)
+
+@_method(RelativeMultiHeadAttention)
+def _output(self, x, heads):
+    "Heads (B, H, T, D) merged, output projection, dropout, residual and layer norm -> (B, T, E)."
+    output = x + self.drop(self.out(rearrange(heads, "b h t d -> b t (h d)")))
+    return output if self.pre_lnorm else self.norm(output)

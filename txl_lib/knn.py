@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from .utils import check_int, seed_everything
 from .data import recall_task
-from .train import LMOutput
+from .data import LMOutput
 from .model import (TXLConfig, TransformerXL, DecoderLayer, check_token_ids, check_mems, check_targets,
                            check_stored_weights)
 from .attention import RelativeMultiHeadAttention

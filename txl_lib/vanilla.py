@@ -15,7 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from .train import LMOutput, token_loss
+from .data import LMOutput, token_loss, mean_loss
 
 # %% ../notebooks/01_context_fragmentation.ipynb #c005
 def sinusoid_encoding(positions: torch.Tensor, d_model: int) -> torch.Tensor:
@@ -75,7 +75,10 @@ class VanillaTransformerLM(nn.Module):
             hiddens.append(x)
             x = layer(x, mask, None if mems is None else mems[i])
         logits = self.head(self.drop(x))                                                         # (B, T, V)
-        return LMOutput(logits, None if targets is None else token_loss(logits, targets), None, hiddens)
+        if targets is None:
+            return LMOutput(logits, None, None, hiddens)
+        loss = token_loss(logits, targets)                                                       # (B, T)
+        return LMOutput(logits, loss, None, hiddens, mean_loss(loss, targets))
 
 # %% ../notebooks/01_context_fragmentation.ipynb #c015
 def load_vanilla_reference(folder, vocab) -> tuple[list, dict]:

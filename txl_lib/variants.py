@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 from einops import rearrange
 
-from .train import LMOutput, token_loss
+from .data import LMOutput, token_loss, mean_loss
 from .memory import update_memory
 from .positions import relative_positions
 from .attention import RelativeMultiHeadAttention, attention_mask, content_score, rel_shift
@@ -124,7 +124,7 @@ class PositionVariantLM(VariantPositions):
         init_weights(self, c.init_std)                         # Linear, Embedding, LayerNorm; the tables keep theirs
 
     def forward(self, input_ids: torch.Tensor, mems: list | None = None, targets=None, cache=None) -> LMOutput:
-        "input_ids (B, T), mems None or one (B, M, E) per layer -> LMOutput(logits (B,T,V), loss, mems, hiddens)."
+        "input_ids (B, T), mems None or one (B, M, E) per layer -> LMOutput(logits (B,T,V), loss, mems, hiddens, mean_loss)."
         c = self.config
         B, T = check_variant_inputs(self, input_ids, mems, targets, cache)
         mask = attention_mask(T, 0 if mems is None else mems[0].size(1), c.same_length, c.mem_len, input_ids.device)
@@ -134,8 +134,9 @@ class PositionVariantLM(VariantPositions):
             hiddens.append(x)                                   # what the original caches: with its positions
             x = layer(x, *self.relative_args(i), mask, mem)
         logits = self.head(self.drop(x))
-        loss = None if targets is None else token_loss(logits, targets)
-        return LMOutput(logits, loss, update_memory(mems, hiddens, c.mem_len), hiddens)
+        loss = None if targets is None else token_loss(logits, targets)                         # (B, T)
+        return LMOutput(logits, loss, update_memory(mems, hiddens, c.mem_len), hiddens,
+                        None if targets is None else mean_loss(loss, targets))
 
 # %% ../notebooks/08_attention_variants.ipynb #c144
 def check_variant_inputs(model: PositionVariantLM, input_ids, mems, targets, cache) -> tuple[int, int]:
