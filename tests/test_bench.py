@@ -163,3 +163,11 @@ def test_an_output_folder_that_does_not_exist_is_refused_before_measuring(monkey
     monkeypatch.setattr(bench, "benchmark", lambda *a, **k: pytest.fail("measured before refusing"))
     with pytest.raises(FileNotFoundError, match="does not exist"):
         bench.main(["--quick", "--json", str(tmp_path / "missing" / "records.json")])
+
+
+def test_quick_keeps_the_sizes_the_command_line_gives():
+    records = bench.main(["--quick", "--lengths", "40", "--tgt-len", "8", "--repeats", "1"])
+    timed = [r for r in records if r["mode"] in MODES]
+    assert {r["L"] for r in timed} == {40}
+    meta = next(r for r in records if r["mode"] == "meta")
+    assert (meta["T"], meta["repeats"]) == (8, 1)

@@ -318,10 +318,10 @@ def format_training(records: list[dict]) -> str:
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m txl_lib.bench",
                                      description="Transformer-XL evaluation speed: cached memory against recompute.")
-    parser.add_argument("--lengths", type=int, nargs="+", default=[128, 256, 512, 1024], help="attention lengths L")
-    parser.add_argument("--tgt-len", type=int, default=64, help="segment length T of segment evaluation")
+    parser.add_argument("--lengths", type=int, nargs="+", help="attention lengths L (128 256 512 1024; --quick: 48 96)")
+    parser.add_argument("--tgt-len", type=int, help="segment length T of segment evaluation (64; --quick: 16)")
     parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, help="timed repeats (3; --quick: 2)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--train", action="store_true", help="also compare a training step with the HF port")
     parser.add_argument("--quick", action="store_true", help="small lengths and model: a check in seconds (with --train, a small training comparison)")
@@ -346,8 +346,10 @@ def main(argv=None) -> list[dict]:
     check_outputs(args)                                   # before the long run, not after it
     if args.threads is not None:
         torch.set_num_threads(check_int("threads", args.threads, 1))
-    if args.quick:
-        args.lengths, args.tgt_len, args.repeats = [48, 96], 16, 2
+    sizes = dict(lengths=[48, 96], tgt_len=16, repeats=2) if args.quick else \
+            dict(lengths=[128, 256, 512, 1024], tgt_len=64, repeats=3)
+    for name, value in sizes.items():                    # what the command line gives wins, --quick or not
+        setattr(args, name, value if getattr(args, name) is None else getattr(args, name))
     model = bench_model(n_layer=2, d_model=64, n_head=2, d_head=32, d_inner=256) if args.quick else None
     records = benchmark(args.lengths, args.tgt_len, args.batch, args.repeats, model)
     for title, field in [("ms per token", "ms_per_token"), ("speed-up (efficiency)", "speedup"),
