@@ -245,8 +245,6 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                              'txl_lib.knn._add': ('knn_memory.html#_add', 'txl_lib/knn.py'),
                              'txl_lib.knn._clear': ('knn_memory.html#_clear', 'txl_lib/knn.py'),
                              'txl_lib.knn._forward': ('knn_memory.html#_forward', 'txl_lib/knn.py'),
-                             'txl_lib.knn._guarded': ('knn_memory.html#_guarded', 'txl_lib/knn.py'),
-                             'txl_lib.knn._method': ('knn_memory.html#_method', 'txl_lib/knn.py'),
                              'txl_lib.knn._search': ('knn_memory.html#_search', 'txl_lib/knn.py'),
                              'txl_lib.knn.check_heads': ('knn_memory.html#check_heads', 'txl_lib/knn.py'),
                              'txl_lib.knn.check_knn_call': ('knn_memory.html#check_knn_call', 'txl_lib/knn.py'),

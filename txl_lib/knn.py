@@ -8,7 +8,7 @@ __all__ = ['RECALL_MODELS', 'RECALL_RECIPE', 'load_recall_reference', 'KNNMemory
            'check_stream', 'check_streams', 'check_knn_config', 'check_knn_call', 'check_recall_reference']
 
 # %% ../notebooks/10_knn_memory.ipynb #c001
-import copy, dataclasses, functools, itertools, json
+import copy, dataclasses, itertools, json
 from pathlib import Path
 
 import torch
@@ -19,8 +19,8 @@ from .utils import check_int, seed_everything
 from .data import recall_task
 from .data import LMOutput
 from .model import (TXLConfig, TransformerXL, DecoderLayer, check_token_ids, check_mems, check_targets,
-                           check_stored_weights)
-from .attention import RelativeMultiHeadAttention
+                           check_stored_weights, _guarded)
+from .attention import RelativeMultiHeadAttention, _method         # chapter 05's helper
 
 # %% ../notebooks/10_knn_memory.ipynb #c006
 class KNNMemory:
@@ -54,15 +54,6 @@ class KNNMemory:
         return self.keys[stream][:, order], self.values[stream][:, order]
 
 # %% ../notebooks/10_knn_memory.ipynb #c120
-def _method(cls):
-    "Decorator for a class built up across cells: `def _name(self, ...)` becomes the method `cls.name`."
-    def attach(function):
-        name = function.__name__.removeprefix("_")
-        function.__name__, function.__qualname__ = name, f"{cls.__name__}.{name}"
-        setattr(cls, name, function)
-        return function
-    return attach
-
 @_method(KNNMemory)
 def _add(self, keys: torch.Tensor, values: torch.Tensor) -> KNNMemory:
     "A new store with keys and values (B, H, n, D) appended, oldest first; beyond the capacity the oldest pairs go."
@@ -214,14 +205,6 @@ def load_recall_reference(folder) -> tuple[dict, dict]:
     return models, log
 
 # %% ../notebooks/10_knn_memory.ipynb #c134
-def _guarded(function, check):
-    "`function` with `check(*args, **kwargs)` run first (it raises on bad input)."
-    @functools.wraps(function)
-    def guarded(*args, **kwargs):
-        check(*args, **kwargs)
-        return function(*args, **kwargs)
-    return guarded
-
 def check_store_sizes(self, batch_size, n_head, d_head, capacity, device=None, dtype=torch.float32):
     "KNNMemory's sizes: ints >= 1."
     for name, value in [("batch_size", batch_size), ("n_head", n_head), ("d_head", d_head), ("capacity", capacity)]:
