@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from .data import IGNORE
-from .model import TXLConfig, TransformerXL, load_checkpoint, check_expected
+from .model import TXLConfig, TransformerXL, load_checkpoint, check_expected, _guarded
 from .convert import rename_original, fill_tied, check_against, config_from_hf
 
 # %% ../notebooks/09_adaptive_softmax.ipynb #c007
@@ -275,14 +275,8 @@ class WordVocab:
 
 # %% ../notebooks/09_adaptive_softmax.ipynb #c121
 def check_first(check):
-    "Decorator: `check(*args, **kwargs)` runs before the function, so bad input fails before any work or change."
-    def wrap(function):
-        @functools.wraps(function)
-        def checked(*args, **kwargs):
-            check(*args, **kwargs)
-            return function(*args, **kwargs)
-        return checked
-    return wrap
+    "Decorator form of chapter 06's `_guarded`: `check(*args, **kwargs)` runs before the function."
+    return lambda function: _guarded(function, check)
 
 def check_vocab_ids(name: str, ids, n_token: int, allow_ignore: bool = False):
     "An integer tensor of ids in [0, n_token) (or IGNORE, for targets); an id outside every cluster would get no row."
