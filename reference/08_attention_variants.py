@@ -16,10 +16,9 @@ import torch
 from safetensors.torch import save_file
 
 from txl_lib.data import corpus_streams
-from txl_lib.model import TXLConfig
 from txl_lib.train import stream_documents, train
 from txl_lib.utils import seed_everything
-from txl_lib.variants import build_model
+from txl_lib.variants import build_model, config_of_type
 
 OUT = Path(__file__).with_suffix("")                 # reference/08_attention_variants/
 ROWS = {"type 0": dict(attn_type=0), "type 1": dict(attn_type=1), "type 2": dict(attn_type=2),
@@ -30,7 +29,7 @@ SEEDS, STEPS, TGT_LEN, LR = (0, 1, 2), 600, 32, 3e-3
 def trained(options: dict, seed: int, vocab, train_data):
     "A tiny model of `options` (segments and memory of 32), initialised from `seed`, trained STEPS steps on pydoc."
     seed_everything(seed)
-    config = TXLConfig.tiny(n_token=len(vocab), **{"tgt_len": TGT_LEN, "mem_len": TGT_LEN, **options})
+    config = config_of_type(n_token=len(vocab), **{"tgt_len": TGT_LEN, "mem_len": TGT_LEN, **options})
     model = build_model(config)
     losses = train(model, stream_documents(train_data), steps=STEPS, tgt_len=TGT_LEN, lr=LR,
                    desc=f"{options}, seed {seed}")

@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 
-from txl_lib.knn import KNNMemory, KNNTransformerXL
+from txl_lib.knn import KNNConfig, KNNMemory, KNNTransformerXL
 from txl_lib.model import InferenceCache, TXLConfig, generate
 from txl_lib.train import evaluate
 
@@ -18,7 +18,7 @@ CONFIG = dict(n_token=30, n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=24,
 @pytest.fixture
 def knn():
     torch.manual_seed(0)
-    model = KNNTransformerXL(TXLConfig(**CONFIG)).eval()
+    model = KNNTransformerXL(KNNConfig(**CONFIG)).eval()
     with torch.no_grad():
         model.knn_attention.gate.fill_(2.0)                     # mostly retrieved attention: the store matters
     return model
@@ -192,10 +192,10 @@ def test_a_memory_without_its_store_is_refused(knn):
     before = frozen(mems.store)
     with pytest.raises(TypeError, match="carry the KNN store.*out.mems.*init_mems"):
         knn(tokens(6), mems=list(mems))
-    other_batch = KNNTransformerXL(TXLConfig(**CONFIG)).init_mems(3).store
+    other_batch = KNNTransformerXL(KNNConfig(**CONFIG)).init_mems(3).store
     with pytest.raises(ValueError, match=r"KNN store of mems holds 3 streams, the batch has 2"):
         knn(tokens(6), mems=type(mems)(mems, other_batch))
-    small = KNNTransformerXL(TXLConfig(**{**CONFIG, "knn_capacity": 8})).init_mems(2).store
+    small = KNNTransformerXL(KNNConfig(**{**CONFIG, "knn_capacity": 8})).init_mems(2).store
     with pytest.raises(ValueError, match=r"store of mems is \(2, 2, 8, 8\).*needs \(2, 2, 64, 8\)"):
         knn(tokens(6), mems=type(mems)(mems, small))
     assert unchanged(mems.store, before)

@@ -6,7 +6,7 @@ import torch
 
 import txl_lib.model as model_module
 from txl_lib.model import TXLConfig, TransformerXL, generate, load_checkpoint, save_checkpoint, weights_sha256
-from txl_lib.variants import build_model
+from txl_lib.variants import VariantConfig, build_model
 
 CONFIG = dict(n_token=20, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=4, mem_len=4)
 
@@ -160,7 +160,7 @@ def test_init_std_must_be_finite_and_positive(init_std):
 @pytest.mark.parametrize("attn_type", [1, 2, 3])
 def test_variants_take_cache_none_and_refuse_a_cache(attn_type):
     torch.manual_seed(0)
-    model = build_model(TXLConfig(**CONFIG, attn_type=attn_type)).eval()
+    model = build_model(VariantConfig(**CONFIG, attn_type=attn_type)).eval()
     ids = torch.randint(20, (2, 3))
     with torch.no_grad():
         torch.testing.assert_close(model(ids, cache=None).logits, model(ids).logits, rtol=0, atol=0)
@@ -171,7 +171,7 @@ def test_variants_take_cache_none_and_refuse_a_cache(attn_type):
 @pytest.mark.parametrize("attn_type", [1, 2, 3])
 def test_generate_on_a_variant_matches_greedy_recomputation(attn_type):
     torch.manual_seed(0)
-    model = build_model(TXLConfig(**CONFIG, attn_type=attn_type)).eval()
+    model = build_model(VariantConfig(**CONFIG, attn_type=attn_type)).eval()
     prompt = torch.randint(20, (2, 3))
     tokens, out = prompt, None                                    # independent: the same memory loop, written here
     with torch.no_grad():
@@ -186,9 +186,9 @@ def test_generate_on_a_variant_matches_greedy_recomputation(attn_type):
 @pytest.mark.parametrize("attn_type", [1, 2, 3])
 def test_variant_checkpoint_round_trip(tmp_path, attn_type):
     torch.manual_seed(0)
-    model = build_model(TXLConfig(**CONFIG, attn_type=attn_type))
+    model = build_model(VariantConfig(**CONFIG, attn_type=attn_type))
     path = save_checkpoint(tmp_path / "v.pt", model, step=5)
-    loaded, step = load_checkpoint(path, build=build_model)
+    loaded, step = load_checkpoint(path, build=build_model, read_config=lambda stored: VariantConfig(**stored))
     assert step == 5 and type(loaded) is type(model)
     assert model.state_dict().keys() == loaded.state_dict().keys()
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values()))

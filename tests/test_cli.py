@@ -184,12 +184,23 @@ def test_bfloat16_autocast_trains(tmp_path):
 KINDS = {"attn_type=1": ["--set", "attn_type=1"], "attn_type=2": ["--set", "attn_type=2"],
          "attn_type=3": ["--set", "attn_type=3", "--set", "d_head=8"],            # 4 heads of 8 = d_model 32
          "knn_layer=1": ["--set", "n_layer=2", "--set", "knn_layer=1", "--set", "knn_capacity=24", "--set",
-                         "knn_top_k=4"]}
+                         "knn_top_k=4"],
+         "cutoffs=(20,)": ["--set", "cutoffs=(20,)", "--set", "div_val=2"]}
+MODEL_OF_KIND = {"attn": "PositionVariantLM", "knn_": "KNNTransformerXL", "cuto": "AdaptiveTransformerXL"}
+
+
+def test_set_picks_the_config_of_the_chapter_its_fields_come_from():
+    from txl_lib.cli import build_config
+    chosen = [type(build_config("tiny", fields, 50)).__name__
+              for fields in ([], ["attn_type=0"], ["attn_type=2"], ["cutoffs=(20,)", "div_val=2"], ["knn_layer=1"])]
+    assert chosen == ["TXLConfig", "TXLConfig", "VariantConfig", "AdaptiveConfig", "KNNConfig"]
+    with pytest.raises(ValueError, match=r"mixes the fields of \['VariantConfig', 'AdaptiveConfig'\]"):
+        build_config("tiny", ["attn_type=1", "cutoffs=(20,)"], 50)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_kind_of_model_trains_and_resumes_exactly(tmp_path, kind):
-    "The original's attention types (chapter 08) and the KNN memory (chapter 10), built by chapter 12's build_model."
+    "The original's attention types (08), the adaptive softmax (09) and the KNN memory (10), by chapter 12's build_model."
     argv = SMALL + KINDS[kind] + ["--steps", "6", "--quiet"]
     straight = train_command(argv + ["--out", str(tmp_path / "a")])
     train_command(argv + ["--out", str(tmp_path / "b"), "--stop-after", "3"])
@@ -199,6 +210,6 @@ def test_every_kind_of_model_trains_and_resumes_exactly(tmp_path, kind):
     resumed = train_command(argv + ["--out", str(tmp_path / "b"), "--resume"])
     model = from_pretrained(tmp_path / "b")
     assert model.config == run_config(argv, tmp_path / "b")
-    assert type(model).__name__ == ("KNNTransformerXL" if kind.startswith("knn") else "PositionVariantLM")
+    assert type(model).__name__ == MODEL_OF_KIND[kind[:4]]
     assert resumed["loss"] == straight["loss"] and resumed["final_bits"] == straight["final_bits"]
     assert same(weights(tmp_path / "a"), weights(tmp_path / "b"))

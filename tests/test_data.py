@@ -15,7 +15,7 @@ from txl_lib.train import document_segments, stream_documents
     (lambda: batchify(torch.arange(6).view(2, 3), 2), "ids must be a 1-D tensor"),
     (lambda: Segments(torch.arange(10).view(2, 5), 0), "tgt_len must be an int >= 1"),
     (lambda: Segments(torch.arange(10).view(2, 5), 2.5), "got 2.5"),
-    (lambda: Segments(torch.arange(10), 2), "data must be a (B, N) tensor"),
+    (lambda: Segments(torch.arange(10), 2), "data must be a (B, S) tensor"),
     (lambda: recall_task(3, distance=1), "distance must be an int >= 2"),
     (lambda: recall_task(3, distance=10, n_pairs=9, n_symbols=8), "n_pairs must be an int in [1, n_symbols=8]"),
     (lambda: sort_task(3, 1), "n_digits must be an int >= 2"),

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from txl_lib.knn import (RECALL_MODELS, RECALL_RECIPE, KNNMemory, KNNMems, KNNTransformerXL,
+from txl_lib.knn import (RECALL_MODELS, RECALL_RECIPE, KNNConfig, KNNMemory, KNNMems, KNNTransformerXL,
                          load_recall_reference, mixed_recall, recall_config)
 from txl_lib.model import TXLConfig, TransformerXL, save_checkpoint, load_checkpoint
 from txl_lib.train import train
@@ -82,15 +82,22 @@ def test_bad_input_changes_nothing(bad, message):
     assert all(torch.equal(a, b) for a, b in zip(before, (store.keys, store.values, store.length, store.next)))
 
 
+SIZES = dict(n_token=30, n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=24)
+
+
 def config(**options):
-    return TXLConfig(n_token=30, n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=24,
-                     **{**dict(tgt_len=5, mem_len=5, knn_layer=1, knn_capacity=64, knn_top_k=3), **options})
+    return KNNConfig(**SIZES, **{**dict(tgt_len=5, mem_len=5, knn_layer=1, knn_capacity=64, knn_top_k=3), **options})
+
+
+def plain_config(**options):
+    "The same model without the KNN memory: chapter 06's config, the KNN fields left out."
+    return TXLConfig(**SIZES, **{**dict(tgt_len=5, mem_len=5), **options})
 
 
 def twins(**options):
     torch.manual_seed(0)
     knn = KNNTransformerXL(config(**options)).eval()
-    plain = TransformerXL(config(**{**options, "knn_layer": None})).eval()
+    plain = TransformerXL(plain_config(**{k: v for k, v in options.items() if not k.startswith("knn_")})).eval()
     plain.load_state_dict({k: v for k, v in knn.state_dict().items() if not k.endswith("attn.gate")})
     return knn, plain
 
@@ -170,19 +177,21 @@ def test_a_batch_must_match_the_store_and_bad_input_leaves_it_alone():
 
 def test_config_and_checkpoint():
     for bad, message in [(dict(knn_layer=2), "knn_layer"), (dict(knn_top_k=100), "exceeds"),
-                         (dict(knn_capacity=0), "knn_capacity"), (dict(attn_type=1), "attn_type=0")]:
+                         (dict(knn_capacity=0), "knn_capacity"), (dict(knn_layer=None), "knn_layer must be the index"),
+                         (dict(dropout=2.0), "dropout")]:
         with pytest.raises(ValueError, match=message):
             config(**bad)
-    with pytest.raises(ValueError, match="KNNTransformerXL"):
+    with pytest.raises(TypeError, match="TransformerXL is built from TXLConfig configs, got KNNConfig"):
         TransformerXL(config())
-    with pytest.raises(ValueError, match="needs config.knn_layer"):
-        KNNTransformerXL(config(knn_layer=None))
+    with pytest.raises(TypeError, match="KNNTransformerXL is built from KNNConfig configs, got TXLConfig"):
+        KNNTransformerXL(plain_config())
 
 
 def test_checkpoint_round_trip(tmp_path):
     knn, _ = twins()
     save_checkpoint(tmp_path / "knn.pt", knn, step=2)
-    again, step = load_checkpoint(tmp_path / "knn.pt", build=KNNTransformerXL)
+    again, step = load_checkpoint(tmp_path / "knn.pt", build=KNNTransformerXL,
+                                  read_config=lambda stored: KNNConfig(**stored))
     x = torch.randint(30, (1, 5))
     with torch.no_grad():
         torch.testing.assert_close(again.eval()(x).logits, knn(x).logits)
@@ -203,7 +212,7 @@ def test_xl_cannot_see_beyond_n_layer_times_mem_len_plus_offset_and_the_store_ca
     torch.manual_seed(0)
     options = dict(n_token=30, n_layer=n_layer, d_model=16, n_head=2, d_head=8, d_inner=24, tgt_len=T, mem_len=M)
     xl = TransformerXL(TXLConfig(**options)).eval()
-    knn = KNNTransformerXL(TXLConfig(**options, knn_layer=n_layer - 1, knn_capacity=256, knn_top_k=3)).eval()
+    knn = KNNTransformerXL(KNNConfig(**options, knn_layer=n_layer - 1, knn_capacity=256, knn_top_k=3)).eval()
     x = torch.randint(30, (2, 7 * T + 3), generator=torch.Generator().manual_seed(1))
     reach = n_layer * M + (x.size(1) - 1) % T                  # N M + offset of the last position in its segment
     def changed_at(distance):

@@ -7,25 +7,33 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import txl_lib
-from txl_lib import TXLConfig, build_model, from_pretrained, save_pretrained, generate, save_checkpoint, from_hf
+from dataclasses import asdict
+from txl_lib import (TXLConfig, VariantConfig, AdaptiveConfig, KNNConfig, build_model, from_pretrained, save_pretrained,
+                     generate, save_checkpoint, from_hf, config_from_dict)
 from txl_lib.model import TransformerXL
 from txl_lib.variants import PositionVariantLM
 from txl_lib.adaptive import AdaptiveTransformerXL
 from txl_lib.knn import KNNTransformerXL
 
 KINDS = {
-    "xl": (dict(), TransformerXL),
-    "type1": (dict(attn_type=1), PositionVariantLM),
-    "type3": (dict(attn_type=3, clamp_len=6), PositionVariantLM),
-    "adaptive": (dict(cutoffs=(10, 20), div_val=2), AdaptiveTransformerXL),
-    "adaptive_untied": (dict(cutoffs=(10,), d_embed=32, tie_weight=False), AdaptiveTransformerXL),
-    "knn": (dict(knn_layer=1, knn_capacity=32, knn_top_k=4), KNNTransformerXL),
+    "xl": (TXLConfig, dict(), TransformerXL),
+    "type1": (VariantConfig, dict(attn_type=1), PositionVariantLM),
+    "type3": (VariantConfig, dict(attn_type=3, clamp_len=6), PositionVariantLM),
+    "adaptive": (AdaptiveConfig, dict(cutoffs=(10, 20), div_val=2), AdaptiveTransformerXL),
+    "adaptive_untied": (AdaptiveConfig, dict(cutoffs=(10,), d_embed=32, tie_weight=False), AdaptiveTransformerXL),
+    "adaptive_one_cluster": (AdaptiveConfig, dict(), AdaptiveTransformerXL),      # all of its fields at defaults
+    "knn": (KNNConfig, dict(knn_layer=1, knn_capacity=32, knn_top_k=4), KNNTransformerXL),
 }
+
+
+def kind_config(kind):
+    config_class, fields, _ = KINDS[kind]
+    return config_class.tiny(n_token=30, tgt_len=6, mem_len=6, **fields)
 
 
 def kind_model(kind, seed=0):
     torch.manual_seed(seed)
-    model = build_model(TXLConfig.tiny(n_token=30, tgt_len=6, mem_len=6, **KINDS[kind][0])).eval()
+    model = build_model(kind_config(kind)).eval()
     with torch.no_grad():                      # spread the weights so a misplaced tensor shows in the logits
         for p in model.parameters():
             p.add_(0.2 * torch.randn_like(p))
@@ -34,18 +42,26 @@ def kind_model(kind, seed=0):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_build_model_picks_the_class_of_each_extension(kind):
-    assert type(kind_model(kind)) is KINDS[kind][1]
+    assert type(kind_model(kind)) is KINDS[kind][2]
 
 
-@pytest.mark.parametrize("extras", [dict(attn_type=1, knn_layer=1), dict(attn_type=2, cutoffs=(10,)),
-                                    dict(cutoffs=(10,), knn_layer=0)])
-def test_two_extensions_at_once_are_refused_by_the_config(extras):
-    with pytest.raises(ValueError, match="implemented for attn_type=0"):
-        TXLConfig.tiny(n_token=30, **extras)
+@pytest.mark.parametrize("config_class, field", [(TXLConfig, "attn_type"), (TXLConfig, "cutoffs"),
+                                                 (TXLConfig, "knn_layer"), (VariantConfig, "cutoffs"),
+                                                 (AdaptiveConfig, "knn_layer"), (KNNConfig, "attn_type")])
+def test_each_config_has_only_its_own_chapters_fields(config_class, field):
+    with pytest.raises(TypeError, match=f"unexpected keyword argument '{field}'"):
+        config_class(n_token=30, **{field: 1})
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_other_model_refuses_the_config(kind):
+    for model_class in {k[2] for k in KINDS.values()} - {KINDS[kind][2]}:
+        with pytest.raises(TypeError, match=f"{model_class.__name__} is built from .* got {KINDS[kind][0].__name__}"):
+            model_class(kind_config(kind))
 
 
 def test_build_model_refuses_what_is_not_a_config():
-    with pytest.raises(TypeError, match="config must be a TXLConfig"):
+    with pytest.raises(TypeError, match="config must be one of"):
         build_model({"n_token": 30})
 
 
@@ -66,8 +82,19 @@ def test_save_and_load_are_exact_for_every_kind(kind, tmp_path):
 def test_config_json_is_plain_json_of_the_config(tmp_path):
     model = kind_model("adaptive")
     stored = json.loads((save_pretrained(model, tmp_path) / "config.json").read_text())
-    assert stored.pop("model_type") == "txl_lib"
-    assert TXLConfig(**stored) == model.config
+    assert stored.pop("model_type") == "txl_lib" and stored.pop("config_class") == "AdaptiveConfig"
+    assert AdaptiveConfig(**stored) == model.config
+
+
+EARLIER_FIELDS = dict(attn_type=0, cutoffs=[], div_val=1, d_embed=None, tie_projs=[], knn_layer=None, knn_capacity=1024,
+                      knn_top_k=32)    # every config an earlier version wrote held these, unused ones at these values
+
+
+@pytest.mark.parametrize("kind", [k for k in KINDS if k != "adaptive_one_cluster"])
+def test_config_dicts_of_earlier_versions_are_read_as_the_config_they_describe(kind):
+    config = kind_config(kind)
+    earlier = json.loads(json.dumps({**EARLIER_FIELDS, **asdict(config)}))          # as a JSON file held it
+    assert len(earlier) == 24 and config_from_dict(earlier) == config
 
 
 def test_tied_weights_are_stored_once(tmp_path):
@@ -182,12 +209,19 @@ def test_the_top_level_exports_what_a_user_needs():
 def test_the_readme_example_runs_as_written(tmp_path, monkeypatch, capsys):
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     section = readme[readme.index("## Using the library"):]
-    code = section[section.index("```python\n") + len("```python\n"):section.index("```\n", section.index("```python"))]
+    section = section[:section.index("\n## ", 3)]
+    first, *others = [block.split("```")[0] for block in section.split("```python\n")[1:]]
     monkeypatch.chdir(tmp_path)
     namespace = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(first, "README.md", "exec"), namespace)
     printed = capsys.readouterr().out.replace("\r", "\n").splitlines()
     bits = next(float(line) for line in printed if re.fullmatch(r"\d+\.\d+", line.strip()))
     assert bits < 4.0                                     # trained: a uniform guess over pydoc's ~100 symbols is 6.7
     assert sorted(p.name for p in (tmp_path / "tiny").iterdir()) == ["config.json", "model.safetensors"]
     assert type(namespace["model"]) is TransformerXL
+    kinds = {}
+    for code in others:                                   # the configs of the extensions, one per line
+        for line in code.splitlines():
+            kinds[line] = type(eval(line.split("#")[0], vars(txl_lib))) if line.startswith("build_model") else None
+    built = [kind.__name__ for kind in kinds.values() if kind]
+    assert built == ["TransformerXL", "PositionVariantLM", "AdaptiveTransformerXL", "KNNTransformerXL"]

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from txl_lib.convert import from_hf, from_original
 from txl_lib.model import TXLConfig, TransformerXL, generate
-from txl_lib import build_model
+from txl_lib import build_model, AdaptiveConfig, KNNConfig, VariantConfig
 from txl_lib.data import IGNORE, mean_loss, token_loss
 from txl_lib.train import evaluate, memory_length
 from txl_lib.vanilla import VanillaTransformerLM
@@ -192,12 +192,12 @@ def test_reference_run_of_chapter_06_loads_strictly_and_fits_its_budget():
 MODEL_KINDS = {
     "vanilla": lambda: VanillaTransformerLM(23, n_layer=2, n_head=2, d_model=16, d_inner=32),
     "transformer-xl": lambda: build_model(TXLConfig(n_token=23, d_model=16, d_head=8, n_head=2, d_inner=32, mem_len=4)),
-    "adaptive": lambda: build_model(TXLConfig(n_token=23, d_model=16, d_head=8, n_head=2, d_inner=32, mem_len=4,
-                                              cutoffs=(8, 15), div_val=2)),
-    "knn": lambda: build_model(TXLConfig(n_token=23, d_model=16, d_head=8, n_head=2, d_inner=32, mem_len=4,
+    "adaptive": lambda: build_model(AdaptiveConfig(n_token=23, d_model=16, d_head=8, n_head=2, d_inner=32, mem_len=4,
+                                                   cutoffs=(8, 15), div_val=2)),
+    "knn": lambda: build_model(KNNConfig(n_token=23, d_model=16, d_head=8, n_head=2, d_inner=32, mem_len=4,
                                          knn_layer=1, knn_capacity=16, knn_top_k=4)),
-    **{f"attn_type {t}": (lambda t=t: build_model(TXLConfig(n_token=23, d_model=16, d_head=8, n_head=2, d_inner=32,
-                                                            mem_len=4, attn_type=t))) for t in (1, 2, 3)},
+    **{f"attn_type {t}": (lambda t=t: build_model(VariantConfig(n_token=23, d_model=16, d_head=8, n_head=2,
+                                                                d_inner=32, mem_len=4, attn_type=t))) for t in (1, 2, 3)},
 }
 
 

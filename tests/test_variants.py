@@ -12,11 +12,12 @@ import torch
 import torch.nn as nn
 
 from txl_lib.model import TXLConfig, TransformerXL
-from txl_lib.variants import PositionVariantLM, build_model, fit_table
+from txl_lib.variants import PositionVariantLM, VariantConfig, build_model, config_of_type, fit_table
 
 
 def config(**options):
-    return TXLConfig(**{**dict(n_token=30, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=24, tgt_len=5), **options})
+    "TXLConfig for attn_type 0 (or none), VariantConfig for 1-3: the original's switch."
+    return config_of_type(**{**dict(n_token=30, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=24, tgt_len=5), **options})
 
 
 def perturbed(model):
@@ -111,31 +112,32 @@ def original_lm(model, ids, mems, drop, in_place=False):
     the original also caches the last layer's output, never used). `in_place`: the memory's positions are added
     into the cached tensors (the original's `mems_i += ...`), so they stay in the next memory."""
     c, state = model.config, {k: v.detach() for k, v in model.state_dict().items()}
+    attn_type = getattr(c, "attn_type", 0)                    # a TXLConfig is the original's type 0
     E, B, T = c.d_model, *ids.shape
     M = 0 if mems is None else mems[0].shape[1]
     K, logits, new_mems = M + T, [], [[] for _ in range(c.n_layer)]
     for b in range(B):
         word_emb = state["word_emb.weight"][ids[b]] * math.sqrt(E)                 # AdaptiveEmbedding: * d_proj**0.5
         distances = [min(d, c.clamp_len) if c.clamp_len > 0 else d for d in range(K - 1, -1, -1)]
-        pos_emb = torch.stack([sinusoid(d, E) for d in distances]) if c.attn_type in (0, 2) else None
-        core_out = drop(word_emb + pos_emb[-T:]) if c.attn_type == 2 else drop(word_emb)
+        pos_emb = torch.stack([sinusoid(d, E) for d in distances]) if attn_type in (0, 2) else None
+        core_out = drop(word_emb + pos_emb[-T:]) if attn_type == 2 else drop(word_emb)
         hids = []
         for l in range(c.n_layer):
             p = {k.removeprefix(f"layers.{l}."): v for k, v in state.items() if k.startswith(f"layers.{l}.")}
             mem = torch.zeros(0, E) if mems is None else mems[l][b].clone()
             extra = {}
-            if c.attn_type == 0:
+            if attn_type == 0:
                 u, v = (state["u"][l], state["v"][l]) if c.untie_r else (state["u"], state["v"])
                 extra = dict(pos_emb=drop(pos_emb), u=u, v=v)
-            if c.attn_type == 1:
+            if attn_type == 1:
                 r_emb, r_bias = state["r_emb"][l], state["r_bias"][l]
                 if c.clamp_len > 0:
                     r_emb, r_bias = r_emb[-c.clamp_len:], r_bias[-c.clamp_len:]
                 extra = dict(r_emb=r_emb, u=state["u"][l], r_bias=r_bias)
             mem_positions = torch.zeros_like(mem)
-            if c.attn_type == 2 and l == 0 and M > 0:
+            if attn_type == 2 and l == 0 and M > 0:
                 mem_positions = pos_emb[:M]
-            if c.attn_type == 3:
+            if attn_type == 3:
                 if M > 0:
                     cur_emb = state["r_emb"][l][:-T]
                     if cur_emb.shape[0] < M:
@@ -145,7 +147,7 @@ def original_lm(model, ids, mems, drop, in_place=False):
             hids.append(core_out)
             given, mem = mem, mem + mem_positions
             cached = mem if in_place else given
-            core_out = original_ff(original_attention(core_out, mem, p, c, c.attn_type, extra), p, c)
+            core_out = original_ff(original_attention(core_out, mem, p, c, attn_type, extra), p, c)
             new_mems[l].append(torch.cat([cached, hids[l]])[-c.mem_len:] if c.mem_len else torch.zeros(0, E))
         logits.append(drop(core_out) @ state["head.weight"].T + state["head.bias"])
     return torch.stack(logits), [torch.stack(m) for m in new_mems]
@@ -263,12 +265,14 @@ def test_absolute_types_do_not_touch_the_memory_they_are_given():
 
 
 def test_types_are_routed_and_refused_clearly():
+    assert type(config(attn_type=0)) is TXLConfig and type(config(attn_type=2)) is VariantConfig
     assert type(build_model(config(attn_type=0))) is TransformerXL
-    with pytest.raises(ValueError, match="build_model"):
+    with pytest.raises(TypeError, match="TransformerXL is built from TXLConfig configs, got VariantConfig: .*build_model"):
         TransformerXL(config(attn_type=2))
-    with pytest.raises(ValueError, match="attn_type must be 0, 1, 2 or 3"):
-        config(attn_type=4)
-    with pytest.raises(ValueError, match="use TransformerXL"):
+    for bad in (4, 0, True, "1"):
+        with pytest.raises(ValueError, match="attn_type must be 1, 2 or 3 in a VariantConfig"):
+            VariantConfig(n_token=30, attn_type=bad)
+    with pytest.raises(TypeError, match="PositionVariantLM is built from VariantConfig configs, got TXLConfig"):
         PositionVariantLM(config(attn_type=0))
     with pytest.raises(ValueError, match="n_head\\*d_head = 12 to inputs of width d_model = 16"):
         build_model(config(attn_type=3, d_head=6))

@@ -5,13 +5,15 @@
 # %% auto #0
 __all__ = ['PROJ_INIT_STD', 'WORD', 'HF_CONFIG_KEYS', 'read_hf_config', 'from_state_dict', 'PICKLED_HINT', 'read_weights',
            'load_pretrained', 'cluster_bounds', 'cluster_widths', 'AdaptiveEmbedding', 'ClusteredSoftmax',
-           'ProjectedAdaptiveLogSoftmax', 'tie_adaptive', 'AdaptiveTransformerXL', 'model_for', 'rename_adaptive',
-           'weights_file', 'WordVocab', 'check_first', 'check_vocab_ids', 'check_hidden', 'check_softmax_input',
-           'check_text', 'check_decode', 'check_config_json', 'check_named_tensors', 'check_state_dict',
-           'reading_safely', 'check_load_arguments', 'naming_the_weights']
+           'ProjectedAdaptiveLogSoftmax', 'AdaptiveConfig', 'tie_adaptive', 'AdaptiveTransformerXL', 'model_for',
+           'rename_adaptive', 'config_of_stored', 'adaptive_config_from_hf', 'weights_file', 'WordVocab', 'check_first',
+           'check_vocab_ids', 'check_adaptive_fields', 'check_hidden', 'check_softmax_input', 'check_text',
+           'check_decode', 'check_config_json', 'check_named_tensors', 'check_state_dict', 'reading_safely',
+           'check_load_arguments', 'naming_the_weights']
 
 # %% ../notebooks/09_adaptive_softmax.ipynb #c001
 import collections, functools, json, os, re
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -19,9 +21,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
+from .utils import check_int
 from .data import IGNORE
-from .model import TXLConfig, TransformerXL, load_checkpoint, check_expected, _guarded
-from .convert import rename_original, fill_tied, check_against, config_from_hf
+from .attention import _method
+from .model import TXLConfig, TransformerXL, load_checkpoint, check_expected, _guarded, check_config, config_of_fields
+from .convert import rename_original, fill_tied, check_against, config_from_hf, is_adaptive_hf, hf_base_fields
 
 # %% ../notebooks/09_adaptive_softmax.ipynb #c007
 def cluster_bounds(n_token: int, cutoffs) -> list[tuple[int, int]]:
@@ -87,22 +91,22 @@ class ClusteredSoftmax(nn.Module):
         return pairs
 
     def cluster_log_probs(self, hidden: torch.Tensor, k: int, pairs: list) -> torch.Tensor:
-        "hidden (N, d_proj) -> log-softmax over cluster k's words (N, n_k); for k = 0, then one column per tail cluster."
+        "hidden (n_rows, d_proj) -> log-softmax over cluster k's words (n_rows, n_k); k = 0 adds a column per tail cluster."
         if len(self.projections):
-            hidden = hidden @ self.projections[k]                                # (N, d_k)
+            hidden = hidden @ self.projections[k]                                # (n_rows, d_k)
         return F.log_softmax(F.linear(hidden, *pairs[k]).float(), dim=-1)
 
 # %% ../notebooks/09_adaptive_softmax.ipynb #c112
 class ProjectedAdaptiveLogSoftmax(ClusteredSoftmax):
-    "Hidden states (N, d_proj) -> per-target NLL (N,) or log-probabilities (N, V) via a head and tail clusters."
+    "Hidden states (n_rows, d_proj) -> per-target NLL (n_rows,) or log-probabilities (n_rows, V): head and tail clusters."
     def __init__(self, n_token: int, d_embed: int, d_proj: int, cutoffs=(), div_val: int = 1, keep_order: bool = True):
         super().__init__(n_token, d_embed, d_proj, cutoffs, div_val)
         self.keep_order = keep_order
 
     def forward(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        "hidden (N, d_proj), targets (N,) -> negative log-likelihood (N,), 0 where a target is IGNORE."
+        "hidden (n_rows, d_proj), targets (n_rows,) -> negative log-likelihood (n_rows,), 0 where a target is IGNORE."
         pairs = self.cluster_parameters()
-        head = self.cluster_log_probs(hidden, 0, pairs)                          # (N, shortlist + n_tail)
+        head = self.cluster_log_probs(hidden, 0, pairs)                          # (n_rows, shortlist + n_tail)
         nll, order = head.new_zeros(targets.shape), []
         for k, (lo, hi) in enumerate(self.bounds):
             rows = ((targets >= lo) & (targets < hi)).nonzero().squeeze(1)
@@ -121,12 +125,45 @@ class ProjectedAdaptiveLogSoftmax(ClusteredSoftmax):
         return torch.cat([nll[grouped], nll.new_zeros(targets.numel() - grouped.numel())])
 
     def log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
-        "hidden (N, d_proj) -> log-probabilities of every token (N, V)."
+        "hidden (n_rows, d_proj) -> log-probabilities of every token (n_rows, V)."
         pairs = self.cluster_parameters()
         head = self.cluster_log_probs(hidden, 0, pairs)
         tails = [head[:, self.shortlist + k - 1, None] + self.cluster_log_probs(hidden, k, pairs)
                  for k in range(1, len(self.bounds))]
         return torch.cat([head[:, :self.shortlist], *tails], dim=1)
+
+# %% ../notebooks/09_adaptive_softmax.ipynb #c213
+@dataclass
+class AdaptiveConfig(TXLConfig):
+    "TXLConfig with the adaptive embedding and softmax: clusters and a projected embedding."
+    cutoffs: tuple = ()         # cluster boundaries; (): one cluster (a projected embedding alone)
+    div_val: int = 1            # cluster k embeds in d_embed // div_val**k dimensions
+    d_embed: int | None = None  # embedding width before its projection to d_model (None: d_model)
+    tie_projs: tuple = ()       # per cluster: the softmax shares the embedding's projection
+
+    def __post_init__(self):
+        "Lists (from JSON) become tuples; the Validation section at the end adds the checks."
+        self.cutoffs, self.tie_projs = tuple(self.cutoffs), tuple(self.tie_projs)
+
+    @property
+    def embed_width(self) -> int:
+        "d_embed, or d_model when it is None."
+        return self.d_model if self.d_embed is None else self.d_embed
+
+# %% ../notebooks/09_adaptive_softmax.ipynb #c313
+@_method(AdaptiveConfig, classmethod)
+def _wt103_base(cls, **overrides) -> AdaptiveConfig:
+    "The paper's 151M WikiText-103 model: 16 layers, d_model 410, 10 heads of 41, adaptive softmax."
+    return cls(**{**dict(n_token=267735, n_layer=16, n_head=10, d_model=410, d_head=41, d_inner=2100,
+                         dropout=0.1, tgt_len=150, mem_len=150, cutoffs=(20000, 40000, 200000),
+                         tie_projs=(False, True, True, True)), **overrides})
+
+@_method(AdaptiveConfig, classmethod)
+def _wt103_large(cls, **overrides) -> AdaptiveConfig:
+    "The paper's 257M WikiText-103 model: 18 layers, d_model 1024, 16 heads of 64, div_val 4."
+    return cls(**{**dict(n_token=267735, n_layer=18, n_head=16, d_model=1024, d_head=64, d_inner=4096,
+                         dropout=0.2, dropatt=0.2, tgt_len=384, mem_len=384, cutoffs=(20000, 40000, 200000),
+                         div_val=4, tie_projs=(False, True, True, True)), **overrides})
 
 # %% ../notebooks/09_adaptive_softmax.ipynb #c014
 PROJ_INIT_STD = 0.01             # the original's --proj_init_std
@@ -143,9 +180,9 @@ def tie_adaptive(embedding: AdaptiveEmbedding, softmax: ProjectedAdaptiveLogSoft
 # %% ../notebooks/09_adaptive_softmax.ipynb #c114
 class AdaptiveTransformerXL(TransformerXL):
     "Transformer-XL with the adaptive embedding and softmax; `logits` are log-probabilities, returned without targets."
-    def embedding_and_head(self, c: TXLConfig):
-        if not c.adaptive:
-            raise ValueError("this config has no cutoffs, div_val 1 and d_embed == d_model: use TransformerXL")
+    config_class = AdaptiveConfig
+
+    def embedding_and_head(self, c: AdaptiveConfig):
         embedding = AdaptiveEmbedding(c.n_token, c.embed_width, c.d_model, c.cutoffs, c.div_val)
         softmax = ProjectedAdaptiveLogSoftmax(c.n_token, c.embed_width, c.d_model, c.cutoffs, c.div_val)
         tie_adaptive(embedding, softmax, c.tie_weight, c.tie_projs)
@@ -168,8 +205,8 @@ class AdaptiveTransformerXL(TransformerXL):
         return None, self.head(x.flatten(0, 1), targets.flatten()).view_as(targets)
 
 def model_for(config: TXLConfig) -> TransformerXL:
-    "The model a config describes: `AdaptiveTransformerXL` when it has clusters or a projected embedding."
-    return AdaptiveTransformerXL(config) if config.adaptive else TransformerXL(config)
+    "The model a config describes: `AdaptiveTransformerXL` for an AdaptiveConfig, else chapter 06's `TransformerXL`."
+    return AdaptiveTransformerXL(config) if isinstance(config, AdaptiveConfig) else TransformerXL(config)
 
 # %% ../notebooks/09_adaptive_softmax.ipynb #c020
 _ADAPTIVE_RENAMES = [
@@ -196,7 +233,7 @@ def rename_adaptive(state_dict: dict, source: str) -> dict:
 # %% ../notebooks/09_adaptive_softmax.ipynb #c101
 def from_state_dict(state_dict: dict, config: TXLConfig, source: str = "original") -> TransformerXL:
     "The model of `config` holding an original (or HuggingFace) `state_dict`, adaptive or not; a misfit is an error."
-    if config.adaptive:
+    if isinstance(config, AdaptiveConfig):
         ours = rename_adaptive(state_dict, source)
     else:                                              # chapter 06a's names; the port only adds the prefix
         ours = rename_original({k.removeprefix("transformer."): v for k, v in state_dict.items()})
@@ -210,9 +247,22 @@ def from_state_dict(state_dict: dict, config: TXLConfig, source: str = "original
     return model
 
 # %% ../notebooks/09_adaptive_softmax.ipynb #c022
+def config_of_stored(stored: dict) -> TXLConfig:
+    "The config of a txl_lib checkpoint's dict: an AdaptiveConfig when it holds this chapter's fields, else a TXLConfig."
+    adaptive = stored.keys() & {"cutoffs", "div_val", "d_embed", "tie_projs"}
+    return config_of_fields(stored, AdaptiveConfig if adaptive else TXLConfig)
+
+def adaptive_config_from_hf(hf_config) -> AdaptiveConfig:
+    "Our AdaptiveConfig for an adaptive HuggingFace `TransfoXLConfig` or its `config.json` dict (chapter 06a's fields too)."
+    c = dict(hf_config) if isinstance(hf_config, dict) else hf_config.to_dict()
+    return AdaptiveConfig(**hf_base_fields(c), cutoffs=tuple(c["cutoffs"]), div_val=c["div_val"],
+                          tie_projs=tuple(c.get("tie_projs") or ()),
+                          d_embed=None if c["d_embed"] == c["d_model"] else c["d_embed"])
+
 def read_hf_config(file: Path) -> TXLConfig:
-    "Our config for a HuggingFace TransfoXL config.json."
-    return config_from_hf(json.loads(file.read_text()))
+    "Our config for a HuggingFace TransfoXL config.json: an AdaptiveConfig, or chapter 06a's TXLConfig."
+    c = json.loads(file.read_text())
+    return adaptive_config_from_hf(c) if is_adaptive_hf(c) else config_from_hf(c)
 
 def weights_file(folder: Path) -> Path:
     "A HuggingFace folder's weights: model.safetensors, else pytorch_model.bin."
@@ -241,7 +291,7 @@ def load_pretrained(path, config: TXLConfig | None = None) -> TransformerXL:
         raise FileNotFoundError(f"no checkpoint at {path}")
     state = read_weights(path)
     if {"config", "model", "step"} <= state.keys():          # a txl_lib checkpoint; load_checkpoint checks the rest
-        return load_checkpoint(path, expected=config, build=model_for)[0].eval()
+        return load_checkpoint(path, expected=config, build=model_for, read_config=config_of_stored)[0].eval()
     if config is None:
         raise ValueError(f"{path} is a bare state dict: pass config=TXLConfig(...) with the hyper-parameters it was "
                          f"trained with (an original checkpoint stores none)")
@@ -262,7 +312,7 @@ class WordVocab:
     def __len__(self): return len(self.itos)
 
     def encode(self, text: str) -> torch.Tensor:
-        "Ids of the words of `text`, a (N,) int64 tensor."
+        "Ids of the words of `text`, a (S,) int64 tensor."
         words = WORD.findall(text)
         unknown = sorted(set(words) - self.stoi.keys())
         if unknown:
@@ -290,20 +340,45 @@ def check_vocab_ids(name: str, ids, n_token: int, allow_ignore: bool = False):
         raise ValueError(f"{name} holds {ids[outside][0].item()}, outside the vocabulary [0, {n_token})"
                          + (f" (targets may also be IGNORE = {IGNORE})" if allow_ignore else ""))
 
+# %% ../notebooks/09_adaptive_softmax.ipynb #c221
+def check_adaptive_fields(self: AdaptiveConfig):
+    "Chapter 06's checks; cutoffs increasing inside (0, n_token), every cluster an embedding, a tie_projs flag per cluster."
+    check_config(self); check_int("div_val", self.div_val, 1)
+    if self.d_embed is not None:
+        check_int("d_embed", self.d_embed, 1)
+    bounds = (0, *self.cutoffs, self.n_token)
+    if not all(isinstance(b, int) and not isinstance(b, bool) for b in self.cutoffs) or \
+            any(a >= b for a, b in zip(bounds, bounds[1:])):
+        raise ValueError(f"cutoffs must be increasing ints strictly between 0 and n_token={self.n_token}, "
+                         f"got {self.cutoffs}")
+    if self.embed_width // self.div_val ** len(self.cutoffs) < 1:
+        raise ValueError(f"d_embed={self.embed_width} // div_val={self.div_val}**{len(self.cutoffs)} leaves the "
+                         f"last cluster no embedding dimension")
+    if self.tie_projs and (len(self.tie_projs) != len(self.cutoffs) + 1 or
+                           not all(isinstance(t, bool) for t in self.tie_projs)):
+        raise ValueError(f"tie_projs must be () or {len(self.cutoffs) + 1} bools (one per cluster), "
+                         f"got {self.tie_projs}")
+
+def _checked_post_init(self):
+    "Lists to tuples, then every check of `check_adaptive_fields`."
+    _normalise_adaptive(self); check_adaptive_fields(self)
+
+_normalise_adaptive, AdaptiveConfig.__post_init__ = AdaptiveConfig.__post_init__, _checked_post_init
+
 # %% ../notebooks/09_adaptive_softmax.ipynb #c122
 def check_hidden(module, hidden, n_rows: int | None = None):
-    "Hidden states (N, d_proj) of a floating type, N = n_rows when given."
+    "Hidden states (n_rows, d_proj) of a floating type, exactly `n_rows` rows when given."
     if not isinstance(hidden, torch.Tensor) or not hidden.is_floating_point() or hidden.dim() != 2 \
             or hidden.size(1) != module.d_proj or n_rows not in (None, hidden.size(0)):
         got = tuple(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden).__name__
-        raise ValueError(f"hidden must be a float tensor (N, d_proj) = (N, {module.d_proj})"
-                         + (f" with N = {n_rows} rows, one per target" if n_rows is not None else "") + f", got {got}")
+        raise ValueError(f"hidden must be a float tensor (n_rows, d_proj) = (n_rows, {module.d_proj})"
+                         + (f" with n_rows = {n_rows}, one per target" if n_rows is not None else "") + f", got {got}")
 
 def check_softmax_input(module, hidden, targets):
-    "forward's hidden (N, d_proj) and targets (N,) in [0, V) or IGNORE."
+    "forward's hidden (n_rows, d_proj) and targets (n_rows,) in [0, V) or IGNORE."
     check_vocab_ids("targets", targets, module.bounds[-1][1], allow_ignore=True)
     if targets.dim() != 1:
-        raise ValueError(f"targets must be (N,), one id per row of hidden, got shape {tuple(targets.shape)}")
+        raise ValueError(f"targets must be (n_rows,), one id per row of hidden, got shape {tuple(targets.shape)}")
     check_hidden(module, hidden, targets.numel())
 
 AdaptiveEmbedding.forward = check_first(lambda module, ids: check_vocab_ids("ids", ids, module.bounds[-1][1]))(
@@ -354,7 +429,7 @@ def check_config_json(file: Path):
     if not_lists:
         raise ValueError(f"{file}: {not_lists} must be JSON lists, got {[data[k] for k in not_lists]}")
     try:
-        config_from_hf(data)
+        adaptive_config_from_hf(data) if is_adaptive_hf(data) else config_from_hf(data)
     except (TypeError, ValueError) as e:
         raise ValueError(f"{file} holds an invalid TransfoXL config: {e}") from None
 

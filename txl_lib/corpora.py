@@ -112,7 +112,7 @@ def prepare(source: Source, cache_dir=None, download_missing: bool = False) -> P
 # %% ../notebooks/11_training_at_scale.ipynb #c010
 @dataclass
 class Corpus:
-    "A vocabulary and the (N,) ids of the train, validation and test splits."
+    "A vocabulary and the (S,) ids of the train, validation and test splits."
     vocab: CharVocab
     train: torch.Tensor
     valid: torch.Tensor

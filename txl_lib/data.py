@@ -41,7 +41,7 @@ class CharVocab:
     def __len__(self): return len(self.itos)
 
     def encode(self, text: str) -> torch.Tensor:
-        "Ids of the characters of `text`, a (N,) int64 tensor."
+        "Ids of the characters of `text`, a (S,) int64 tensor."
         unknown = sorted(set(text) - self.stoi.keys())
         if unknown:
             raise ValueError(f"text has {len(unknown)} character(s) not in the vocabulary: {''.join(unknown)!r}")
@@ -53,22 +53,22 @@ class CharVocab:
 
 # %% ../notebooks/00a_data.ipynb #c011
 def batchify(ids: torch.Tensor, batch_size: int) -> torch.Tensor:
-    "Cut a (N,) token sequence into `batch_size` contiguous streams: (B, N // B); the remainder is dropped."
+    "Cut a (S,) token sequence into `batch_size` contiguous streams: (B, S // B); the remainder is dropped."
     if not isinstance(ids, torch.Tensor) or ids.dim() != 1:
         raise ValueError(f"ids must be a 1-D tensor of token ids, got {type(ids).__name__} "
                          f"{tuple(getattr(ids, 'shape', ()))}")
     if not isinstance(batch_size, int) or not 1 <= batch_size <= len(ids):
         raise ValueError(f"batch_size must be an int in [1, {len(ids)}] (the number of tokens), got {batch_size!r}")
     n_step = len(ids) // batch_size
-    return ids[: n_step * batch_size].view(batch_size, n_step)   # (B, N)
+    return ids[: n_step * batch_size].view(batch_size, n_step)   # (B, S // B)
 
 # %% ../notebooks/00a_data.ipynb #c012
 class Segments:
-    "Consecutive `(inputs, targets)` segments of length `tgt_len` over (B, N) streams; the last may be shorter."
+    "Consecutive `(inputs, targets)` segments of length `tgt_len` over (B, S) streams; the last may be shorter."
     def __init__(self, data: torch.Tensor, tgt_len: int):
         check_int("tgt_len", tgt_len, 1)
         if not isinstance(data, torch.Tensor) or data.dim() != 2 or data.size(1) < 2:
-            raise ValueError(f"data must be a (B, N) tensor of streams with N >= 2, got shape "
+            raise ValueError(f"data must be a (B, S) tensor of streams with S >= 2, got shape "
                              f"{tuple(getattr(data, 'shape', ()))}")
         self.data, self.tgt_len = data, tgt_len
 
@@ -83,7 +83,7 @@ class Segments:
 # %% ../notebooks/00a_data.ipynb #c017
 def corpus_streams(name: str = "pydoc", batch_size: int = 16, valid_fraction: float = 0.1,
                    eval_batch_size: int = 4):
-    "A corpus as (vocab, train streams (B, N), validation streams (B_eval, N_eval)); validation is the text's end."
+    "A corpus as (vocab, train streams (B, S), validation streams (B_eval, S_eval)); validation is the text's end."
     if not 0 < valid_fraction < 1:
         raise ValueError(f"valid_fraction must be in (0, 1), got {valid_fraction!r}")
     text = load_corpus(name)
@@ -97,7 +97,7 @@ IGNORE = -100  # targets with this value are not scored (cross_entropy's ignore_
 
 @dataclass
 class Task:
-    "Examples of a synthetic task: `inputs`, `targets` (N, S) with unscored targets set to `IGNORE`."
+    "Examples of a synthetic task: `inputs`, `targets` (n_examples, S) with unscored targets set to `IGNORE`."
     inputs: torch.Tensor
     targets: torch.Tensor
     n_token: int
@@ -120,11 +120,11 @@ def recall_task(n_examples: int, distance: int, n_pairs: int = 2, n_symbols: int
     if not (isinstance(distance, int) and distance >= 2):
         raise ValueError(f"distance must be an int >= 2, got {distance!r}")
     N, g = n_examples, generator
-    keys = torch.rand(N, n_symbols, generator=g).argsort(1)[:, :n_pairs]               # (N, P) distinct keys
-    values = n_symbols + torch.randint(n_symbols, (N, n_pairs), generator=g)           # (N, P)
-    pairs = torch.stack([keys, values], dim=2).flatten(1)                              # (N, 2P)
+    keys = torch.rand(N, n_symbols, generator=g).argsort(1)[:, :n_pairs]      # (n_examples, P) distinct keys
+    values = n_symbols + torch.randint(n_symbols, (N, n_pairs), generator=g)  # (n_examples, P)
+    pairs = torch.stack([keys, values], dim=2).flatten(1)                     # (n_examples, 2P)
     filler = 2 * n_symbols + torch.randint(n_filler, (N, distance - 2), generator=g)
-    asked = torch.randint(n_pairs, (N, 1), generator=g)                                # which pair is queried
+    asked = torch.randint(n_pairs, (N, 1), generator=g)                       # which pair is queried
     query = torch.full((N, 1), 2 * n_symbols + n_filler)
     seq = torch.cat([pairs, filler, query, keys.gather(1, asked), values.gather(1, asked)], dim=1)
     targets = torch.full_like(seq[:, 1:], IGNORE)
@@ -136,8 +136,8 @@ def sort_task(n_examples: int, n_digits: int, generator: torch.Generator | None 
     "The sort task: `n_digits` digits then the same digits sorted; only the sorted half is scored."
     if not (isinstance(n_digits, int) and n_digits >= 2):
         raise ValueError(f"n_digits must be an int >= 2, got {n_digits!r}")
-    digits = torch.randint(10, (n_examples, n_digits), generator=generator)          # (N, n)
-    seq = torch.cat([digits, digits.sort(dim=1).values], dim=1)                     # (N, 2n)
+    digits = torch.randint(10, (n_examples, n_digits), generator=generator)    # (n_examples, n_digits)
+    seq = torch.cat([digits, digits.sort(dim=1).values], dim=1)               # (n_examples, 2 * n_digits)
     targets = seq[:, 1:].clone()
     targets[:, : n_digits - 1] = IGNORE
     return Task(seq[:, :-1], targets, n_token=10)

@@ -15,7 +15,7 @@ import torch
 from .utils import seed_everything
 from .data import CharVocab
 from .model import generate
-from . import from_pretrained
+from .pretrained import from_pretrained
 from .cli import main
 
 # %% ../notebooks/11b_generate.ipynb #c004

@@ -5,9 +5,8 @@
 # %% auto #0
 __all__ = ['MIN_TEMPERATURE', 'generate', 'TXLConfig', 'DecoderLayer', 'init_weights', 'TransformerXL', 'InferenceCache',
            'sample', 'weights_sha256', 'save_checkpoint', 'atomic_save', 'check_sha256', 'check_stored_weights',
-           'check_expected', 'load_checkpoint', 'check_token_ids', 'check_targets', 'check_mems', 'check_config',
-           'check_adaptive_fields', 'check_knn_fields', 'check_sampling', 'check_model_config', 'check_model_call',
-           'check_generate']
+           'check_expected', 'config_of_fields', 'load_checkpoint', 'check_token_ids', 'check_targets', 'check_mems',
+           'check_config', 'check_sampling', 'check_model_config', 'check_model_call', 'check_generate']
 
 # %% ../notebooks/06_model.ipynb #c001
 import errno, functools, hashlib, math, os, tempfile, warnings
@@ -44,29 +43,9 @@ class TXLConfig:
     untie_r: bool = False       # one (u, v) pair per layer instead of one shared pair
     tie_weight: bool = True     # read-out weight = embedding weight
     init_std: float = 0.02
-    attn_type: int = 0          # 0: relative sinusoid (the paper); 1-3: the original's variants (chapter 08)
-    cutoffs: tuple = ()         # adaptive softmax cluster boundaries (chapter 09); (): one softmax over V
-    div_val: int = 1            # cluster k embeds in d_embed // div_val**k dimensions (chapter 09)
-    d_embed: int | None = None  # embedding width before its projection to d_model (None: d_model)
-    tie_projs: tuple = ()       # per cluster: the softmax shares the embedding's projection (chapter 09)
-    knn_layer: int | None = None  # the layer that also attends to a KNN memory (chapter 10); None: no KNN memory
-    knn_capacity: int = 1024    # (key, value) pairs kept per stream in the KNN memory
-    knn_top_k: int = 32         # pairs each query retrieves
 
     def __post_init__(self):
-        "Lists (from JSON) become tuples; the checks of the Validation section at the end are attached here."
-        self.cutoffs, self.tie_projs = tuple(self.cutoffs), tuple(self.tie_projs)
-
-# %% ../notebooks/06_model.ipynb #c405
-@_method(TXLConfig, property)
-def _embed_width(self) -> int:
-    "d_embed, or d_model when it is None."
-    return self.d_model if self.d_embed is None else self.d_embed
-
-@_method(TXLConfig, property)
-def _adaptive(self) -> bool:
-    "Does this model need chapter 09's adaptive embedding and softmax (clusters or a projected embedding)?"
-    return bool(self.cutoffs) or self.div_val != 1 or self.embed_width != self.d_model
+        "Runs after every construction: the Validation section at the end attaches the field checks here."
 
 # %% ../notebooks/06_model.ipynb #c205
 @_method(TXLConfig, classmethod)
@@ -79,20 +58,6 @@ def _enwik8_base(cls, **overrides) -> "TXLConfig":
     "The paper's 12-layer enwik8 model: d_model 512, 8 heads of 64, d_inner 2048 (original's base script)."
     return cls(**{**dict(n_token=204, n_layer=12, n_head=8, d_model=512, d_head=64, d_inner=2048,
                          dropout=0.1, tgt_len=512, mem_len=512), **overrides})
-
-@_method(TXLConfig, classmethod)
-def _wt103_base(cls, **overrides) -> "TXLConfig":
-    "The paper's 151M WikiText-103 model: 16 layers, d_model 410, 10 heads of 41, adaptive softmax (chapter 09)."
-    return cls(**{**dict(n_token=267735, n_layer=16, n_head=10, d_model=410, d_head=41, d_inner=2100,
-                         dropout=0.1, tgt_len=150, mem_len=150, cutoffs=(20000, 40000, 200000),
-                         tie_projs=(False, True, True, True)), **overrides})
-
-@_method(TXLConfig, classmethod)
-def _wt103_large(cls, **overrides) -> "TXLConfig":
-    "The paper's 257M WikiText-103 model: 18 layers, d_model 1024, 16 heads of 64, div_val 4 (chapter 09)."
-    return cls(**{**dict(n_token=267735, n_layer=18, n_head=16, d_model=1024, d_head=64, d_inner=4096,
-                         dropout=0.2, dropatt=0.2, tgt_len=384, mem_len=384, cutoffs=(20000, 40000, 200000),
-                         div_val=4, tie_projs=(False, True, True, True)), **overrides})
 
 # %% ../notebooks/06_model.ipynb #c008
 class DecoderLayer(nn.Module):
@@ -110,7 +75,7 @@ class DecoderLayer(nn.Module):
 
 # %% ../notebooks/06_model.ipynb #c012
 def init_weights(model: nn.Module, std: float):
-    "The original's initialisation: Linear and Embedding weights N(0, std), biases 0, LayerNorm weights N(1, std)."
+    "The original's initialisation: Linear and Embedding weights normal(0, std), biases 0, LayerNorm weights normal(1, std)."
     for module in model.modules():
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, 0.0, std)
@@ -123,7 +88,7 @@ def init_weights(model: nn.Module, std: float):
 class TransformerXL(nn.Module):
     "The Transformer-XL language model (attention type 0 of the original)."
     uses_cache = True                       # forward takes an InferenceCache (generate uses it)
-    has_knn_memory = False                  # chapter 10's subclass attends to a KNN memory in `knn_layer`
+    config_class = TXLConfig                # each later chapter's model has a config class of its own
 
     def __init__(self, config: TXLConfig):
         super().__init__()
@@ -138,9 +103,6 @@ class TransformerXL(nn.Module):
 
     def embedding_and_head(self, c: TXLConfig) -> tuple[nn.Module, nn.Module]:
         "nn.Embedding (V, E) and the read-out nn.Linear (E -> V), its weight tied to the embedding's with tie_weight."
-        if c.adaptive:
-            raise ValueError("a config with cutoffs, div_val or d_embed != d_model needs the adaptive embedding and "
-                             "softmax: use txl_lib.adaptive.AdaptiveTransformerXL (chapter 09)")
         embedding, head = nn.Embedding(c.n_token, c.d_model), nn.Linear(c.d_model, c.n_token)
         if c.tie_weight:
             head.weight = embedding.weight
@@ -160,7 +122,7 @@ def _read_out(self, x: torch.Tensor, targets: torch.Tensor | None):
 
 @_method(TransformerXL)
 def _reset_parameters(self):
-    "The original's initialisation (`init_weights`), u and v N(0, init_std)."
+    "The original's initialisation (`init_weights`), u and v normal(0, init_std)."
     init_weights(self, self.config.init_std)
     nn.init.normal_(self.u, 0.0, self.config.init_std); nn.init.normal_(self.v, 0.0, self.config.init_std)
 
@@ -358,18 +320,25 @@ def check_stored_weights(path, state: dict, skeleton: nn.Module):
 def check_expected(config: TXLConfig, expected: TXLConfig | None, path):
     "With `expected`, a checkpoint's config that differs is an error listing the fields (expected, found)."
     if expected is not None and config != expected:
+        if type(config) is not type(expected):
+            raise ValueError(f"{path} holds a {type(config).__name__}, expected a {type(expected).__name__}")
         differ = {k: (v, getattr(config, k)) for k, v in asdict(expected).items() if getattr(config, k) != v}
         raise ValueError(f"{path} holds a model of another config: (expected, found) {differ}")
 
 # %% ../notebooks/06_model.ipynb #c428
-def load_checkpoint(path, expected: TXLConfig | None = None, build=TransformerXL) -> tuple[TransformerXL, int]:
-    "The model (made by `build(config)`) and step stored by `save_checkpoint`; `expected`: refuse another config."
+def config_of_fields(stored: dict, config_class=TXLConfig) -> TXLConfig:
+    "The `config_class` a dict of its fields describes; a key the class does not have is an error."
+    unknown = sorted(stored.keys() - {f.name for f in fields(config_class)})
+    if unknown:
+        raise ValueError(f"config keys this version does not know: {unknown} (a {config_class.__name__} has none)")
+    return config_class(**stored)
+
+def load_checkpoint(path, expected: TXLConfig | None = None, build=TransformerXL,
+                    read_config=None) -> tuple[TransformerXL, int]:
+    "The model `build(config)` and step `save_checkpoint` stored; `read_config(dict)` makes the config (default TXLConfig)."
     payload = _read_checkpoint(path)
-    names = {f.name for f in fields(TXLConfig)}
-    if not payload["config"].keys() <= names:
-        raise ValueError(f"{path} has config keys this version does not know: {sorted(payload['config'].keys() - names)}")
     try:
-        config = TXLConfig(**payload["config"])
+        config = (read_config or config_of_fields)(payload["config"])
     except (TypeError, ValueError) as e:
         raise ValueError(f"{path} holds an invalid config: {e}") from None
     check_expected(config, expected, path); check_sha256(path, payload)
@@ -429,7 +398,7 @@ def check_mems(mems, config: "TXLConfig", batch_size: int, like: torch.Tensor):
 
 # %% ../notebooks/06_model.ipynb #c304
 def check_config(self: TXLConfig):
-    "The checks of every field: sizes ints >= 1, probabilities in [0, 1), flags bools, the extensions' fields."
+    "The checks of every field: sizes ints >= 1, probabilities in [0, 1), flags bools, init_std finite > 0."
     for name in ("n_token", "n_layer", "n_head", "d_model", "d_head", "d_inner", "tgt_len"):
         check_int(name, getattr(self, name), 1)
     check_int("mem_len", self.mem_len); check_int("clamp_len", self.clamp_len)
@@ -439,48 +408,12 @@ def check_config(self: TXLConfig):
         p = getattr(self, name)
         if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 <= p < 1:
             raise ValueError(f"{name} must be a float in [0, 1), got {p!r}")
-    if self.attn_type not in (0, 1, 2, 3) or isinstance(self.attn_type, bool):
-        raise ValueError(f"attn_type must be 0, 1, 2 or 3 (the original's attention types), got {self.attn_type!r}")
     for name in ("same_length", "pre_lnorm", "untie_r", "tie_weight"):
         if not isinstance(getattr(self, name), bool):
             raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
     if isinstance(self.init_std, bool) or not isinstance(self.init_std, (int, float)) or \
             not math.isfinite(self.init_std) or self.init_std <= 0:
         raise ValueError(f"init_std must be a finite number > 0, got {self.init_std!r}")
-    check_adaptive_fields(self)
-    check_knn_fields(self)
-
-# %% ../notebooks/06_model.ipynb #c305
-def check_adaptive_fields(self: TXLConfig):
-    "Cutoffs strictly increasing inside (0, n_token), every cluster at least 1 wide, one tie_projs flag per cluster."
-    check_int("div_val", self.div_val, 1)
-    if self.d_embed is not None:
-        check_int("d_embed", self.d_embed, 1)
-    bounds = (0, *self.cutoffs, self.n_token)
-    if not all(isinstance(b, int) and not isinstance(b, bool) for b in self.cutoffs) or \
-            any(a >= b for a, b in zip(bounds, bounds[1:])):
-        raise ValueError(f"cutoffs must be increasing ints strictly between 0 and n_token={self.n_token}, "
-                         f"got {self.cutoffs}")
-    if self.embed_width // self.div_val ** len(self.cutoffs) < 1:
-        raise ValueError(f"d_embed={self.embed_width} // div_val={self.div_val}**{len(self.cutoffs)} leaves the "
-                         f"last cluster no embedding dimension")
-    if self.tie_projs and (len(self.tie_projs) != len(self.cutoffs) + 1 or
-                           not all(isinstance(t, bool) for t in self.tie_projs)):
-        raise ValueError(f"tie_projs must be () or {len(self.cutoffs) + 1} bools (one per cluster), "
-                         f"got {self.tie_projs}")
-    if self.adaptive and self.attn_type != 0:
-        raise ValueError("the adaptive embedding and softmax are implemented for attn_type=0 only")
-
-def check_knn_fields(self: TXLConfig):
-    "knn_layer None or a layer index; capacity and top-k positive, top-k within the capacity."
-    check_int("knn_capacity", self.knn_capacity, 1); check_int("knn_top_k", self.knn_top_k, 1)
-    if self.knn_layer is not None and (isinstance(self.knn_layer, bool) or not isinstance(self.knn_layer, int)
-                                       or not 0 <= self.knn_layer < self.n_layer):
-        raise ValueError(f"knn_layer must be None or a layer index in [0, {self.n_layer}), got {self.knn_layer!r}")
-    if self.knn_top_k > self.knn_capacity:
-        raise ValueError(f"knn_top_k={self.knn_top_k} exceeds knn_capacity={self.knn_capacity}")
-    if self.knn_layer is not None and (self.attn_type != 0 or self.adaptive):
-        raise ValueError("the KNN memory is implemented for attn_type=0 without an adaptive softmax only")
 
 # %% ../notebooks/06_model.ipynb #c307
 def check_sampling(model: nn.Module, prompt_ids, temperature, top_k):
@@ -498,12 +431,10 @@ def check_sampling(model: nn.Module, prompt_ids, temperature, top_k):
     check_token_ids("prompt_ids", prompt_ids, model.config.n_token)
 
 def check_model_config(self: TransformerXL, config: TXLConfig):
-    "This class's kind of model: attention type 0, and the KNN memory only where the class has it (chapter 10)."
-    if config.attn_type != 0:
-        raise ValueError(f"TransformerXL is attention type 0; for attn_type={config.attn_type} use "
-                         f"txl_lib.variants.build_model(config)")
-    if config.knn_layer is not None and not self.has_knn_memory:
-        raise ValueError("a config with knn_layer needs the KNN memory: use txl_lib.knn.KNNTransformerXL (chapter 10)")
+    "A config of exactly this model's `config_class` (a later chapter's config carries fields this model would ignore)."
+    if type(config) is not self.config_class:
+        raise TypeError(f"{type(self).__name__} is built from {self.config_class.__name__} configs, got "
+                        f"{type(config).__name__}: txl_lib.build_model(config) builds the model any config describes")
 
 def check_model_call(self: TransformerXL, input_ids, mems=None, targets=None, cache=None):
     "forward's arguments: token ids (B, T), memories of this model, targets of the inputs' shape."
@@ -524,11 +455,7 @@ def _guarded(function, check):
         return function(*args, **kwargs)
     return guarded
 
-def _checked_post_init(self):
-    "Lists to tuples, then every check of `check_config`."
-    _normalise_config(self); check_config(self)
-
-_normalise_config, TXLConfig.__post_init__ = TXLConfig.__post_init__, _checked_post_init
+TXLConfig.__post_init__ = check_config
 TransformerXL.__init__ = _guarded(TransformerXL.__init__, check_model_config)
 TransformerXL.forward = _guarded(TransformerXL.forward, check_model_call)
 generate = _guarded(generate, check_generate)

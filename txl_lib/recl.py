@@ -14,19 +14,19 @@ from .utils import check_int
 
 # %% ../notebooks/08a_recl.ipynb #c005
 def _hard_tokens(baseline: torch.Tensor, r: float) -> torch.Tensor:
-    "T: indices of the fraction `r` of tokens with the largest baseline loss (N,); ties go to the earlier token."
+    "T: indices of the fraction `r` of tokens with the largest baseline loss (n_tokens,); ties go to the earlier token."
     n_hard = max(1, int(r * baseline.numel() + 0.5))
     return baseline.sort(descending=True, stable=True).indices[:n_hard]
 
 def _relative_loss(baseline: torch.Tensor, loss: torch.Tensor, hard: torch.Tensor) -> torch.Tensor:
-    "f_i(c, c'): the mean over `hard` of min(b(c, t), l_i(c', t)); `baseline` b(c, .) and `loss` l_i(c', .) are (N,)."
+    "f_i(c, c'): mean over `hard` of min(b(c, t), l_i(c', t)); `baseline` b(c, .) and `loss` l_i(c', .) are (n_tokens,)."
     return torch.minimum(baseline[hard], loss[hard]).mean()
 
 def relative_gains(losses: dict[str, torch.Tensor], r: float = 1.0) -> dict[str, torch.Tensor]:
-    "g_i(c_k, c_k+1) for each model of a group: `losses[name]` (C, N) per-token losses -> (C - 1,) float64 gains."
+    "g_i(c_k, c_k+1) for each model of a group: `losses[name]` (C, n_tokens) per-token losses -> (C - 1,) float64 gains."
     check_group(losses, r)
-    table = torch.stack(list(losses.values())).double()             # (G, C, N): l_i(c, t)
-    baseline = table.amin(0)                                        # (C, N): b(c, t), the group's best
+    table = torch.stack(list(losses.values())).double()             # (G, C, n_tokens): l_i(c, t)
+    baseline = table.amin(0)                                        # (C, n_tokens): b(c, t), the group's best
     hard = [_hard_tokens(b, r) for b in baseline]                   # T at each short context c
     gains = {}
     for name, loss in zip(losses, table):
@@ -38,7 +38,7 @@ def relative_gains(losses: dict[str, torch.Tensor], r: float = 1.0) -> dict[str,
 # %% ../notebooks/08a_recl.ipynb #c100
 def recl(losses: dict[str, torch.Tensor], contexts: list[int], r: float = 1.0,
          threshold: float = 0.01) -> dict[str, int]:
-    "RECL of each model of a group; `losses[name]` (C, N), row k the per-token loss with contexts[k] tokens of context."
+    "RECL of each model of a group; `losses[name]` (C, n_tokens): row k the per-token loss after contexts[k] tokens."
     check_recl_inputs(losses, contexts, r, threshold)
     result = {}
     for name, gains in relative_gains(losses, r).items():
@@ -53,20 +53,20 @@ def _is_number(x) -> bool: return isinstance(x, (int, float)) and not isinstance
 def _is_int(x) -> bool: return isinstance(x, int) and not isinstance(x, bool)
 
 def check_group(losses, r) -> None:
-    "Raise ValueError unless `losses` is a non-empty {name: (C >= 2, N >= 1) table of losses >= 0} and 0 < r <= 1."
+    "Raise ValueError unless `losses` is a non-empty {name: (C >= 2, n_tokens >= 1) table of losses >= 0} and 0 < r <= 1."
     if not isinstance(losses, dict) or not losses:
-        raise ValueError(f"losses must be a non-empty dict {{model name: (C, N) tensor}}, got {type(losses).__name__}")
+        raise ValueError(f"losses must be a non-empty dict {{model name: (C, n_tokens) tensor}}, got {type(losses).__name__}")
     for name, loss in losses.items():
         if not isinstance(loss, torch.Tensor) or not loss.is_floating_point() or loss.dim() != 2:
-            raise ValueError(f"losses[{name!r}] must be a (C, N) float tensor of per-token losses, got "
+            raise ValueError(f"losses[{name!r}] must be a (C, n_tokens) float tensor of per-token losses, got "
                              f"{type(loss).__name__} {tuple(getattr(loss, 'shape', ()))}")
         if not (torch.isfinite(loss).all() and (loss >= 0).all()):
             raise ValueError(f"losses[{name!r}] must be finite and >= 0 (a loss is -log p), "
                              f"got min {loss.min().item():.3g}")
     shapes = {name: tuple(loss.shape) for name, loss in losses.items()}
-    C, N = next(iter(shapes.values()))
-    if len(set(shapes.values())) != 1 or C < 2 or N < 1:
-        raise ValueError(f"every model needs the same (C >= 2 contexts, N >= 1 tokens) table, got {shapes}")
+    C, n_tokens = next(iter(shapes.values()))
+    if len(set(shapes.values())) != 1 or C < 2 or n_tokens < 1:
+        raise ValueError(f"every model needs the same (C >= 2 contexts, n_tokens >= 1) table, got {shapes}")
     if not _is_number(r) or not 0 < r <= 1:
         raise ValueError(f"r must be a number in (0, 1] (the fraction of hardest tokens), got {r!r}")
 
@@ -127,9 +127,9 @@ def oracle_losses(stream: torch.Tensor, contexts: list[int], n_tokens: int, n_ke
                 gap[t], repeat[t] = t - last_pair[key], ids[last_pair[key]] == token
             last_pair[key] = t
     scored = slice(max(contexts), max(contexts) + n_tokens)
-    is_key = torch.tensor(ids[scored]) < n_keys                     # (N,)
+    is_key = torch.tensor(ids[scored]) < n_keys                     # (n_tokens,)
     gap, repeat = torch.tensor(gap[scored]), torch.tensor(repeat[scored])
-    seen = gap[None] <= torch.tensor(contexts)[:, None]             # (C, N): the previous pair token is in the window
+    seen = gap[None] <= torch.tensor(contexts)[:, None]             # (C, n_tokens): previous pair token in the window
     p_seen = (1 - rebind) * repeat.double() + rebind / n_values
     p = torch.where(is_key, 1 / n_keys, torch.where(seen, p_seen, 1 / n_values))
     return -p.log().float()
@@ -137,7 +137,7 @@ def oracle_losses(stream: torch.Tensor, contexts: list[int], n_tokens: int, n_ke
 # %% ../notebooks/08a_recl.ipynb #c008
 @torch.inference_mode()
 def loss_of_last(model, window: torch.Tensor, tgt_len: int) -> torch.Tensor:
-    "Loss (N,) of each window's last token (N, c + 1), the c before it read in segments that end at the token."
+    "`window` (n_windows, c + 1) -> loss (n_windows,) of each last token, the c before it read in segments ending there."
     inputs, target = window[:, :-1], window[:, -1]
     c = inputs.size(1)
     sizes = ([c % tgt_len] if c % tgt_len else []) + [tgt_len] * (c // tgt_len)     # the last segment is full

@@ -19,7 +19,7 @@ from .data import IGNORE, LMOutput, token_loss, mean_loss   # the contract of ch
 
 # %% ../notebooks/00b_training.ipynb #c008
 def stream_documents(streams: torch.Tensor):
-    "Endless documents from (B, N) text streams: the whole stream, inputs and targets shifted by one."
+    "Endless documents from (B, S) text streams: the whole stream, inputs and targets shifted by one."
     return itertools.repeat((streams[:, :-1], streams[:, 1:]))
 
 def document_segments(documents, tgt_len: int):

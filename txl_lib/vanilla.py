@@ -19,12 +19,12 @@ from .data import LMOutput, token_loss, mean_loss
 
 # %% ../notebooks/01_context_fragmentation.ipynb #c005
 def sinusoid_encoding(positions: torch.Tensor, d_model: int) -> torch.Tensor:
-    "Sinusoid encodings of `positions` (N,): (N, E), sin half then cos half, inv_freq = 1/10000^(2i/E)."
+    "Sinusoid encodings of `positions` (S,): (S, E), sin half then cos half, inv_freq = 1/10000^(2i/E)."
     if d_model < 2 or d_model % 2:
         raise ValueError(f"d_model must be an even int >= 2, got {d_model!r}")
     inv_freq = 1.0 / (10000 ** (torch.arange(0.0, d_model, 2.0, device=positions.device) / d_model))  # (E/2,)
-    angles = torch.outer(positions.float(), inv_freq)                                                   # (N, E/2)
-    return torch.cat([angles.sin(), angles.cos()], dim=-1)                                              # (N, E)
+    angles = torch.outer(positions.float(), inv_freq)                                                   # (S, E/2)
+    return torch.cat([angles.sin(), angles.cos()], dim=-1)                                              # (S, E)
 
 # %% ../notebooks/01_context_fragmentation.ipynb #c008
 def causal_mask(T: int, M: int = 0, device=None) -> torch.Tensor:
@@ -62,7 +62,7 @@ class VanillaTransformerLM(nn.Module):
         self.embed, self.drop = nn.Embedding(n_token, d_model), nn.Dropout(dropout)
         self.layers = nn.ModuleList(VanillaLayer(d_model, n_head, d_inner, dropout) for _ in range(n_layer))
         self.head = nn.Linear(d_model, n_token)
-        nn.init.normal_(self.embed.weight, 0.0, 0.02)   # as the original: N(0, 0.02), then scaled by sqrt(E)
+        nn.init.normal_(self.embed.weight, 0.0, 0.02)   # as the original: normal(0, 0.02), then scaled by sqrt(E)
 
     def forward(self, input_ids: torch.Tensor, mems: list | None = None, targets=None,
                 first_position: int = 0) -> LMOutput:

@@ -4,11 +4,12 @@
 
 # %% auto #0
 __all__ = ['fit_table', 'UnprojectedAttention', 'LearnedRelativeAttention', 'sinusoid_inputs', 'learned_inputs',
-           'AbsoluteAttention', 'position_tables', 'VariantPositions', 'PositionVariantLM', 'check_variant_inputs',
-           'build_model']
+           'AbsoluteAttention', 'VariantConfig', 'config_of_type', 'position_tables', 'VariantPositions',
+           'PositionVariantLM', 'check_variant_inputs', 'build_model', 'check_variant_config']
 
 # %% ../notebooks/08_attention_variants.ipynb #c001
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -19,7 +20,7 @@ from .memory import update_memory
 from .positions import relative_positions
 from .attention import RelativeMultiHeadAttention, attention_mask, content_score, rel_shift
 from .model import (TXLConfig, TransformerXL, DecoderLayer, check_token_ids, check_targets, check_mems,
-                           init_weights)
+                           init_weights, check_config, check_model_config, _guarded)
 
 # %% ../notebooks/08_attention_variants.ipynb #c005
 def fit_table(table: torch.Tensor, K: int) -> torch.Tensor:
@@ -71,14 +72,20 @@ class AbsoluteAttention(UnprojectedAttention):
         score = torch.einsum("bhid,bhjd->bhij", self.queries(x), k) * self.scale          # (B, H, T, K)
         return self.attend(x, score, val, mask)
 
+# %% ../notebooks/08_attention_variants.ipynb #c125
+@dataclass
+class VariantConfig(TXLConfig):
+    "TXLConfig with the original's `attn_type` switch, for its types 1-3 (type 0, the paper's, is TXLConfig)."
+    attn_type: int = 1          # 1: learned relative (Shaw), 2: absolute sinusoid (Vaswani), 3: learned absolute
+
+def config_of_type(attn_type: int = 0, **fields) -> TXLConfig:
+    "The config of the original's attention type `attn_type`: TXLConfig for 0, VariantConfig for 1-3."
+    is_zero = type(attn_type) is int and attn_type == 0
+    return TXLConfig(**fields) if is_zero else VariantConfig(attn_type=attn_type, **fields)
+
 # %% ../notebooks/08_attention_variants.ipynb #c026
-def position_tables(c: TXLConfig) -> dict:
-    "Types 1 and 3: the original's per-layer tables (rows = tgt_len + mem_len), N(0, init_std), r_bias zeros."
-    if c.attn_type not in (1, 2, 3):
-        raise ValueError(f"PositionVariantLM is for attn_type 1, 2 or 3, got {c.attn_type}: use TransformerXL")
-    if c.attn_type == 3 and c.n_head * c.d_head != c.d_model:
-        raise ValueError(f"attn_type=3 adds rows of n_head*d_head = {c.n_head * c.d_head} to inputs of width "
-                         f"d_model = {c.d_model}: they must be equal")
+def position_tables(c: VariantConfig) -> dict:
+    "Types 1 and 3: the original's per-layer tables (rows = tgt_len + mem_len), normal(0, init_std), r_bias zeros."
     shape = (c.n_layer, c.tgt_len + c.mem_len, c.n_head, c.d_head)
     normal = lambda *size: nn.init.normal_(torch.empty(size), 0.0, c.init_std)
     if c.attn_type == 1:
@@ -88,7 +95,7 @@ def position_tables(c: TXLConfig) -> dict:
 # %% ../notebooks/08_attention_variants.ipynb #c027
 class VariantPositions(nn.Module):
     "Types 1-3's positions: the original's tables (`position_tables`) and where each type puts them."
-    def __init__(self, config: TXLConfig):
+    def __init__(self, config: VariantConfig):
         super().__init__()
         self.config, tables = config, position_tables(config)
         self.drop = nn.Dropout(config.dropout)
@@ -113,7 +120,8 @@ class VariantPositions(nn.Module):
 class PositionVariantLM(VariantPositions):
     "Transformer-XL with the original's attention type 1, 2 or 3 (type 0 is `TransformerXL`)."
     uses_cache = False                  # no InferenceCache: `generate` feeds each step the memory alone
-    def __init__(self, config: TXLConfig):
+    config_class = VariantConfig
+    def __init__(self, config: VariantConfig):
         super().__init__(config)
         c, attention = config, LearnedRelativeAttention if config.attn_type == 1 else AbsoluteAttention
         self.word_emb, self.head = nn.Embedding(c.n_token, c.d_model), nn.Linear(c.d_model, c.n_token)
@@ -151,5 +159,19 @@ def check_variant_inputs(model: PositionVariantLM, input_ids, mems, targets, cac
 
 # %% ../notebooks/08_attention_variants.ipynb #c028
 def build_model(config: TXLConfig) -> nn.Module:
-    "The language model of `config.attn_type`: `TransformerXL` for 0, `PositionVariantLM` for 1-3."
-    return TransformerXL(config) if config.attn_type == 0 else PositionVariantLM(config)
+    "The language model of a config: `TransformerXL` for a TXLConfig (type 0), `PositionVariantLM` for a VariantConfig."
+    return PositionVariantLM(config) if isinstance(config, VariantConfig) else TransformerXL(config)
+
+# %% ../notebooks/08_attention_variants.ipynb #c240
+def check_variant_config(self: VariantConfig):
+    "Chapter 06's checks, then attn_type 1, 2 or 3, and type 3's rows as wide as the model."
+    check_config(self)
+    if type(self.attn_type) is not int or self.attn_type not in (1, 2, 3):
+        raise ValueError(f"attn_type must be 1, 2 or 3 in a VariantConfig (the original's type 0 is the paper's "
+                         f"model, TXLConfig), got {self.attn_type!r}")
+    if self.attn_type == 3 and self.n_head * self.d_head != self.d_model:
+        raise ValueError(f"attn_type=3 adds rows of n_head*d_head = {self.n_head * self.d_head} to inputs of width "
+                         f"d_model = {self.d_model}: they must be equal")
+
+VariantConfig.__post_init__ = check_variant_config
+PositionVariantLM.__init__ = _guarded(PositionVariantLM.__init__, check_model_config)
