@@ -23,6 +23,8 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 NBEXEC := OMP_NUM_THREADS=1 $(BIN)/jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout=600
 # Notebooks and tests run on one thread: a busy machine does not thrash, and the last bits repeat.
 TEST_ENV := OMP_NUM_THREADS=1
+# pytest-xdist workers; --dist loadfile keeps each notebook's cells, in order, in one worker's kernel.
+TEST_WORKERS ?= 2
 
 .PHONY: help install run test lab outputs export sync-check bench reference html clean
 
@@ -59,8 +61,8 @@ sync-check: $(STAMP)  ## fail if txl_lib/ is not exactly what the notebooks expo
 	  || { echo "txl_lib/ was out of sync with the notebooks (now exported: review and commit)"; exit 1; }
 	@echo "txl_lib/ is in sync with the notebooks"
 
-test: sync-check  ## sync check, then pytest: nbval over every notebook plus tests/
-	$(TEST_ENV) $(BIN)/python -m pytest
+test: sync-check  ## sync check, then pytest: nbval over every notebook plus tests/, one file per worker
+	$(TEST_ENV) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 outputs: $(STAMP)  ## for authors: re-execute the notebooks in place, storing their outputs
 	@for nb in $(or $(NB),$(NOTEBOOKS)); do echo "executing $$nb"; $(NBEXEC) --inplace $$nb || exit 1; done

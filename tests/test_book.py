@@ -16,7 +16,8 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-BOOK_DIR = ROOT / "build" / "book-test"             # gitignored; `make html` writes build/html/
+# gitignored; `make html` writes build/html/. One folder per pytest-xdist worker: two builds never share one.
+BOOK_DIR = ROOT / "build" / f"book-test-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
 
 
 def _load_hooks():

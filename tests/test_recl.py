@@ -89,8 +89,8 @@ def test_matches_the_formulas_on_random_tables(n_models, n_contexts, n_tokens, r
 
 @pytest.mark.parametrize("losses, contexts, kwargs, match", [
     ({}, [1, 2], {}, "non-empty dict"),
-    ({"a": torch.zeros(3)}, [1, 2], {}, r"\(C, N\) float tensor"),
-    ({"a": torch.zeros(3, 4, dtype=torch.long)}, [1, 2, 3], {}, r"\(C, N\) float tensor"),
+    ({"a": torch.zeros(3)}, [1, 2], {}, r"\(C, n_tokens\) float tensor"),
+    ({"a": torch.zeros(3, 4, dtype=torch.long)}, [1, 2, 3], {}, r"\(C, n_tokens\) float tensor"),
     ({"a": torch.zeros(3, 4), "b": torch.zeros(3, 5)}, [1, 2, 3], {}, "same"),
     ({"a": torch.zeros(1, 4)}, [1], {}, "C >= 2"),
     ({"a": torch.full((2, 2), float("nan"))}, [1, 2], {}, "finite"),
