@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from txl_lib.knn import KNNConfig, KNNMemory, KNNTransformerXL
-from txl_lib.model import InferenceCache, TXLConfig, generate
+from txl_lib.cache import InferenceCache
+from txl_lib.model import TXLConfig, generate
 from txl_lib.train import evaluate
 
 # T = 6 > mem_len = 3: every call sends positions of its own segment into the store, the case that broke causality

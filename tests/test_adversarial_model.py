@@ -7,6 +7,7 @@ import torch
 import txl_lib.model as model_module
 from txl_lib.model import TXLConfig, TransformerXL, generate, load_checkpoint, save_checkpoint, weights_sha256
 from txl_lib.variants import VariantConfig, build_model
+from txl_lib.cache import InferenceCache
 
 CONFIG = dict(n_token=20, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=4, mem_len=4)
 
@@ -165,7 +166,7 @@ def test_variants_take_cache_none_and_refuse_a_cache(attn_type):
     with torch.no_grad():
         torch.testing.assert_close(model(ids, cache=None).logits, model(ids).logits, rtol=0, atol=0)
         with pytest.raises(ValueError, match=f"attn_type={attn_type} takes no InferenceCache"):
-            model(ids, cache=model_module.InferenceCache(2))
+            model(ids, cache=InferenceCache(2))
 
 
 @pytest.mark.parametrize("attn_type", [1, 2, 3])

@@ -10,7 +10,8 @@ from txl_lib.bench import check_same_function
 from txl_lib.convert import from_original
 from txl_lib.data import CharVocab, batchify, load_corpus, recall_task
 from txl_lib.memory import update_memory
-from txl_lib.model import InferenceCache, TXLConfig, TransformerXL, generate, load_checkpoint, save_checkpoint
+from txl_lib.cache import InferenceCache
+from txl_lib.model import TXLConfig, TransformerXL, generate, load_checkpoint, save_checkpoint
 from txl_lib.positions import relative_positions
 from txl_lib.train import evaluate, memory_length, stream_documents, train
 from txl_lib.vanilla import VanillaTransformerLM

@@ -11,7 +11,8 @@ import torch
 from txl_lib import bench
 from txl_lib.bench import (MODES, bench_model, cached_logits, check_same_function, count_flops, readers,
                            recompute_logits, saved_tensor_bytes)
-from txl_lib.model import InferenceCache, TXLConfig, TransformerXL
+from txl_lib.cache import InferenceCache
+from txl_lib.model import TXLConfig, TransformerXL
 
 
 def test_quick_benchmark_writes_the_documented_records(tmp_path):

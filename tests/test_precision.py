@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from txl_lib.model import InferenceCache, TXLConfig, TransformerXL, generate
+from txl_lib.cache import InferenceCache
+from txl_lib.model import TXLConfig, TransformerXL, generate
 
 TOLERANCE = 0.05     # max |log-probability difference| to float32, bfloat16 having 8 bits of mantissa
 

@@ -4,10 +4,10 @@
 
 # %% auto #0
 __all__ = ['seed_everything', 'CharVocab', 'IGNORE', 'load_corpus', 'corpus_streams', 'LMOutput', 'train', 'evaluate',
-           'mean_loss', 'stream_documents', 'TXLConfig', 'TransformerXL', 'generate', 'save_checkpoint',
-           'load_checkpoint', 'VariantConfig', 'PositionVariantLM', 'config_of_type', 'AdaptiveConfig',
-           'AdaptiveTransformerXL', 'WordVocab', 'KNNConfig', 'KNNTransformerXL', 'from_hf', 'from_original',
-           'build_model', 'save_pretrained', 'from_pretrained', 'config_from_dict']
+           'mean_loss', 'stream_documents', 'TXLConfig', 'TransformerXL', 'InferenceCache', 'generate',
+           'save_checkpoint', 'load_checkpoint', 'VariantConfig', 'PositionVariantLM', 'config_of_type',
+           'AdaptiveConfig', 'AdaptiveTransformerXL', 'WordVocab', 'KNNConfig', 'KNNTransformerXL', 'from_hf',
+           'from_original', 'build_model', 'save_pretrained', 'from_pretrained', 'config_from_dict']
 
 # %% ../notebooks/12a_top_level.ipynb #c027
 from importlib.metadata import version as _version, PackageNotFoundError as _NotInstalled
@@ -20,13 +20,14 @@ _importlib.import_module("txl_lib.generate")       # the command's module before
 import warnings as _warnings       # `python -m txl_lib.train` / `.generate` run modules imported here: harmless
 _warnings.filterwarnings("ignore", r"'txl_lib\.(train|generate)' found in sys\.modules", RuntimeWarning)
 from .model import TXLConfig, TransformerXL, generate, save_checkpoint, load_checkpoint
+from .cache import InferenceCache
 from .variants import VariantConfig, PositionVariantLM, config_of_type
 from .adaptive import AdaptiveConfig, AdaptiveTransformerXL, WordVocab
 from .knn import KNNConfig, KNNTransformerXL
 from .convert import from_hf, from_original
 from .pretrained import build_model, save_pretrained, from_pretrained, config_from_dict
 _all_ = ["seed_everything", "CharVocab", "IGNORE", "load_corpus", "corpus_streams", "LMOutput", "train", "evaluate",
-         "mean_loss", "stream_documents", "TXLConfig", "TransformerXL", "generate", "save_checkpoint",
+         "mean_loss", "stream_documents", "TXLConfig", "TransformerXL", "InferenceCache", "generate", "save_checkpoint",
          "load_checkpoint", "VariantConfig", "PositionVariantLM", "config_of_type", "AdaptiveConfig",
          "AdaptiveTransformerXL", "WordVocab", "KNNConfig", "KNNTransformerXL", "from_hf", "from_original",
          "build_model", "save_pretrained", "from_pretrained", "config_from_dict"]

@@ -19,7 +19,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from .utils import check_int, progress
 from .train import memory_length, IGNORE
-from .model import TXLConfig, TransformerXL, InferenceCache
+from .model import TXLConfig, TransformerXL
+from .cache import InferenceCache
 
 # %% ../notebooks/07_speed_benchmark.ipynb #c006
 MODES = ("recompute", "segment", "segment_uncached", "generate", "generate_uncached")

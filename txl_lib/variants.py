@@ -119,7 +119,6 @@ class VariantPositions(nn.Module):
 # %% ../notebooks/08_attention_variants.ipynb #c008
 class PositionVariantLM(VariantPositions):
     "Transformer-XL with the original's attention type 1, 2 or 3 (type 0 is `TransformerXL`)."
-    uses_cache = False                  # no InferenceCache: `generate` feeds each step the memory alone
     config_class = VariantConfig
     def __init__(self, config: VariantConfig):
         super().__init__(config)
