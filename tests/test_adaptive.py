@@ -8,7 +8,7 @@ import torch
 
 from txl_lib.adaptive import (AdaptiveConfig, AdaptiveTransformerXL, ProjectedAdaptiveLogSoftmax, WordVocab, from_state_dict,
                               load_pretrained, model_for)
-from txl_lib.convert import config_from_hf
+from txl_lib.adaptive import adaptive_config_from_hf as config_from_hf     # the ports here are adaptive
 from txl_lib.data import IGNORE
 from txl_lib.model import TXLConfig, TransformerXL, generate, save_checkpoint
 from txl_lib.train import evaluate

@@ -9,7 +9,7 @@ import torch
 
 from txl_lib.adaptive import (AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax, WordVocab, from_state_dict,
                               load_pretrained)
-from txl_lib.convert import config_from_hf
+from txl_lib.adaptive import adaptive_config_from_hf as config_from_hf     # the ports here are adaptive
 from txl_lib.model import TXLConfig
 
 warnings.filterwarnings("ignore", message="IProgress not found")

@@ -225,3 +225,29 @@ def test_the_readme_example_runs_as_written(tmp_path, monkeypatch, capsys):
             kinds[line] = type(eval(line.split("#")[0], vars(txl_lib))) if line.startswith("build_model") else None
     built = [kind.__name__ for kind in kinds.values() if kind]
     assert built == ["TransformerXL", "PositionVariantLM", "AdaptiveTransformerXL", "KNNTransformerXL"]
+
+
+def test_no_import_circle_between_the_modules():
+    "Every `from .x import` / `from txl_lib.x import` (also inside functions): the graph of modules has no cycle."
+    import ast
+    graph = {}
+    for path in Path(txl_lib.__file__).parent.glob("*.py"):
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                imported.add(node.module or "__init__")
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("txl_lib"):
+                imported.add(node.module.partition(".")[2] or "__init__")
+        graph[path.stem] = imported
+    def reaches(start, target, seen=()):
+        return any(d == target or (d not in seen and reaches(d, target, (*seen, d))) for d in graph.get(start, ()))
+    assert [name for name in graph if reaches(name, name)] == []
+
+
+def test_chapter_06a_reads_a_type_0_config_and_sends_an_adaptive_one_to_chapter_09():
+    from txl_lib.convert import config_from_hf
+    hf = dict(vocab_size=40, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, dropout=0.0, dropatt=0.0, mem_len=6,
+              clamp_len=-1, same_length=False, pre_lnorm=False, untie_r=True, cutoffs=[], div_val=1, d_embed=16)
+    assert type(config_from_hf(hf)) is TXLConfig
+    with pytest.raises(ValueError, match="adaptive softmax .*adaptive_config_from_hf"):
+        config_from_hf({**hf, "cutoffs": [10]})

@@ -18,14 +18,14 @@ from .train import train, evaluate, stream_documents
 import importlib as _importlib
 _importlib.import_module("txl_lib.generate")       # the command's module before the function of its name
 import warnings as _warnings       # `python -m txl_lib.train` / `.generate` run modules imported here: harmless
-_warnings.filterwarnings("ignore", r"'txl_lib\.(train|generate)' found in sys\.modules", RuntimeWarning)
+_warnings.filterwarnings("ignore", r"'txl_lib\.(train|generate|cli)' found in sys\.modules", RuntimeWarning)
 from .model import TXLConfig, TransformerXL, generate, save_checkpoint, load_checkpoint
 from .cache import InferenceCache
 from .variants import VariantConfig, PositionVariantLM, config_of_type
 from .adaptive import AdaptiveConfig, AdaptiveTransformerXL, WordVocab
 from .knn import KNNConfig, KNNTransformerXL
-from .convert import from_hf, from_original
-from .pretrained import build_model, save_pretrained, from_pretrained, config_from_dict
+from .convert import from_original
+from .pretrained import build_model, save_pretrained, from_pretrained, config_from_dict, from_hf
 _all_ = ["seed_everything", "CharVocab", "IGNORE", "load_corpus", "corpus_streams", "LMOutput", "train", "evaluate",
          "mean_loss", "stream_documents", "TXLConfig", "TransformerXL", "InferenceCache", "generate", "save_checkpoint",
          "load_checkpoint", "VariantConfig", "PositionVariantLM", "config_of_type", "AdaptiveConfig",

@@ -335,6 +335,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                     'txl_lib.pretrained.config_from_dict': ( 'using_the_library.html#config_from_dict',
                                                                              'txl_lib/pretrained.py'),
                                     'txl_lib.pretrained.folder_format': ('using_the_library.html#folder_format', 'txl_lib/pretrained.py'),
+                                    'txl_lib.pretrained.from_hf': ('using_the_library.html#from_hf', 'txl_lib/pretrained.py'),
                                     'txl_lib.pretrained.from_pretrained': ( 'using_the_library.html#from_pretrained',
                                                                             'txl_lib/pretrained.py'),
                                     'txl_lib.pretrained.is_txl_checkpoint': ( 'using_the_library.html#is_txl_checkpoint',

@@ -490,3 +490,7 @@ def check_same_model(state: dict, model, out: Path):
     "The model built from the arguments is the model of the run."
     if config_from_dict(state["config"]) != model.config:
         raise ValueError(f"{out}/state.pt holds a model of another configuration than --preset and --set make")
+
+# %% ../notebooks/11a_commands.ipynb #c611
+if __name__ == "__main__" and "__file__" in globals():   # `python -m txl_lib.train` runs this module (chapter 00b)
+    main()

@@ -97,11 +97,11 @@ def from_original(state_dict: dict, config: TXLConfig) -> TransformerXL:
 
 # %% ../notebooks/06a_original_checkpoints.ipynb #c009
 def config_from_hf(hf_config) -> TXLConfig:
-    "Our config for a HuggingFace `TransfoXLConfig` or its `config.json` dict (an adaptive one: chapter 09's AdaptiveConfig)."
+    "Our TXLConfig for a HuggingFace `TransfoXLConfig` or its `config.json` dict (an adaptive one: chapter 09's reader)."
     c = dict(hf_config) if isinstance(hf_config, dict) else hf_config.to_dict()
     if is_adaptive_hf(c):
-        from txl_lib.adaptive import adaptive_config_from_hf      # chapter 09's (imported here: it imports this module)
-        return adaptive_config_from_hf(c)
+        raise ValueError("this HuggingFace config has an adaptive softmax (cutoffs, div_val or d_embed != d_model): "
+                         "read it with txl_lib.adaptive.adaptive_config_from_hf, or load the model with txl_lib.from_hf")
     return TXLConfig(**hf_base_fields(c))
 
 def is_adaptive_hf(c: dict) -> bool:
@@ -120,10 +120,6 @@ def hf_base_fields(c: dict) -> dict:
                 tie_weight=c.get("tie_word_embeddings", c.get("tie_weight", True)))
 
 def from_hf(hf_model) -> TransformerXL:
-    "Our model equal to a HuggingFace `TransfoXLLMHeadModel` (transformers 4.37.2), adaptive ones included."
+    "Our model equal to a HuggingFace `TransfoXLLMHeadModel` (transformers 4.37.2); adaptive ones: `txl_lib.from_hf`."
     config = config_from_hf(hf_model.config)
-    if type(config) is not TXLConfig:                # adaptive: chapter 09's converter (it imports this module)
-        from txl_lib.adaptive import from_state_dict
-        return from_state_dict(hf_model.state_dict(), config, source="hf")
     return from_original({k.removeprefix("transformer."): v for k, v in hf_model.state_dict().items()}, config)
-

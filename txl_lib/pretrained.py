@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['MODEL_OF_CONFIG', 'FORMAT', 'CONFIG_CLASSES', 'UNUSED_BEFORE', 'build_model', 'write_atomically', 'save_pretrained',
            'from_pretrained', 'load_folder', 'folder_format', 'read_json_object', 'read_safetensors',
-           'is_txl_checkpoint', 'stored_config', 'check_checksum', 'check_saveable', 'config_from_dict']
+           'is_txl_checkpoint', 'stored_config', 'check_checksum', 'check_saveable', 'config_from_dict', 'from_hf']
 
 # %% ../notebooks/12_using_the_library.ipynb #c002
 import json, math
@@ -20,9 +20,10 @@ from safetensors.torch import save as safetensors_bytes
 from .model import (TXLConfig, TransformerXL, weights_sha256, check_stored_weights, check_expected,
                            load_checkpoint, config_of_fields)
 from .variants import VariantConfig, PositionVariantLM
-from .adaptive import AdaptiveConfig, AdaptiveTransformerXL, load_pretrained as load_foreign
+from .adaptive import (AdaptiveConfig, AdaptiveTransformerXL, load_pretrained as load_foreign,
+                              adaptive_config_from_hf, from_state_dict)
 from .knn import KNNConfig, KNNTransformerXL
-from .convert import tied_groups, fill_tied
+from .convert import tied_groups, fill_tied, is_adaptive_hf, from_hf as from_hf_type_0
 
 # %% ../notebooks/12_using_the_library.ipynb #c005
 MODEL_OF_CONFIG = {TXLConfig: TransformerXL, VariantConfig: PositionVariantLM, AdaptiveConfig: AdaptiveTransformerXL,
@@ -164,3 +165,11 @@ def config_from_dict(stored: dict) -> TXLConfig:
     fitting = [c for c in CONFIG_CLASSES.values() if stored.keys() <= {f.name for f in fields(c)}]
     config_class = CONFIG_CLASSES[name] if name else min(fitting or [TXLConfig], key=lambda c: len(fields(c)))
     return config_of_fields(stored, config_class)
+
+# %% ../notebooks/12_using_the_library.ipynb #c124
+def from_hf(hf_model) -> nn.Module:
+    "Our model equal to a HuggingFace `TransfoXLLMHeadModel` (transformers 4.37.2), adaptive ones included (chapter 09)."
+    c = hf_model.config.to_dict()
+    if is_adaptive_hf(c):
+        return from_state_dict(hf_model.state_dict(), adaptive_config_from_hf(c), source="hf")
+    return from_hf_type_0(hf_model)

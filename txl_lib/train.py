@@ -148,8 +148,8 @@ class Validator:
 
 # %% ../notebooks/00b_training.ipynb #c023
 if __name__ == "__main__" and "__file__" in globals():            # run as a program, not in a notebook kernel
-    from txl_lib.cli import main
-    main()
+    import runpy                                                  # the command is chapter 11a's module, run as one
+    runpy.run_module("txl_lib.cli", run_name="__main__", alter_sys=True)
 
 # %% ../notebooks/00b_training.ipynb #c152
 def check_training_args(steps, tgt_len, lr, warmup=None, clip=0.25, evaluator=None, eval_every=0):
