@@ -1,6 +1,7 @@
 """The benchmark's correctness part, counted arithmetic and JSON schema (never its speed), the inference cache it
 relies on, and the README's speed tables against the run stored in chapter 07."""
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +29,8 @@ def test_quick_benchmark_writes_the_documented_records(tmp_path):
                                                      ("recompute", "segment", "segment_uncached", "generate",
                                                       "generate_uncached")}
     for r in timed:
-        assert set(r) == {"L", "mode", "ms_per_token", "flops_per_token", "gflop_per_s", "speedup", "efficiency"}
+        floor = {"batch", "floor_ms_per_token", "floor_ratio"} if r["mode"].startswith("generate") else set()
+        assert set(r) == {"L", "mode", "ms_per_token", "flops_per_token", "gflop_per_s", "speedup", "efficiency", *floor}
         assert r["ms_per_token"] > 0 and r["efficiency"] == pytest.approx(r["speedup"] / r["L"])
         assert r["gflop_per_s"] == pytest.approx(r["flops_per_token"] / r["ms_per_token"] / 1e6)
         if r["mode"] == "recompute":
@@ -172,3 +174,24 @@ def test_quick_keeps_the_sizes_the_command_line_gives():
     assert {r["L"] for r in timed} == {40}
     meta = next(r for r in records if r["mode"] == "meta")
     assert (meta["T"], meta["repeats"]) == (8, 1)
+
+
+def test_every_generate_record_carries_its_batch_and_the_bandwidth_floor(tmp_path):
+    "Each generate record: its batch, and the floor at the bandwidth measured in the same run (in the meta record)."
+    records = bench.main(["--quick", "--lengths", "48", "--repeats", "1", "--batch", "3", "--json", str(tmp_path / "r.json")])
+    config, bandwidth = bench.bench_model(n_layer=2, d_model=64, n_head=2, d_head=32, d_inner=256).config, \
+        records[0]["read_bytes_per_s"]
+    generate = [r for r in json.loads((tmp_path / "r.json").read_text()) if r["mode"].startswith("generate")]
+    assert len(generate) == 2 and all(r["batch"] == 3 for r in generate)
+    assert all(math.isclose(r["floor_ms_per_token"], bench.generation_floor_ms(config, 48, 3, bandwidth))
+               and math.isclose(r["floor_ratio"], r["ms_per_token"] / r["floor_ms_per_token"]) for r in generate)
+
+
+def test_the_floor_counts_the_bytes_a_cached_step_reads():
+    "Keys and values of the memory, W_r·R, the weights of each layer and the read-out, in float32: counted from the model."
+    model = bench.bench_model(n_layer=2, d_model=64, n_head=2, d_head=32, d_inner=256)
+    weights = sum(p.numel() for layer in model.layers for name, p in layer.named_parameters()
+                  if p.dim() == 2 and "w_r" not in name)                                # qkv, out, the two of ff
+    L, B, H, D = 48, 3, 2, 32
+    step_bytes = 4 * (len(model.layers) * (2 * L * H * D * B + L * H * D) + weights + model.head.weight.numel())
+    assert math.isclose(bench.generation_floor_ms(model.config, L, B, bandwidth=1e9), 1e3 * step_bytes / 1e9 / B)

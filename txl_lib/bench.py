@@ -6,9 +6,9 @@
 __all__ = ['MODES', 'XL_MODES', 'PAPER_SPEEDUPS', 'COLUMNS', 'CELLS', 'bench_model', 'procedure', 'recompute_logits',
            'cached_logits', 'check_same_function', 'fastest_seconds', 'CachedReader', 'readers', 'time_modes',
            'count_flops', 'measure', 'machine', 'records_for', 'significant', 'format_table', 'plot_speedups',
-           'benchmark', 'read_bandwidth', 'generation_floor_ms', 'saved_tensor_bytes', 'hf_twin', 'hf_losses',
-           'our_losses', 'measure_training', 'training_comparison', 'format_training', 'parse_args', 'check_outputs',
-           'main']
+           'benchmark', 'read_bandwidth', 'generation_floor_ms', 'with_floor', 'format_floor', 'saved_tensor_bytes',
+           'hf_twin', 'hf_losses', 'our_losses', 'measure_training', 'training_comparison', 'format_training',
+           'parse_args', 'check_outputs', 'main']
 
 # %% ../notebooks/07_speed_benchmark.ipynb #c001
 import argparse, json, platform, sys, time
@@ -229,6 +229,24 @@ def generation_floor_ms(config: TXLConfig, L: int, batch: int, bandwidth: float)
     step_bytes = 4 * (c.n_layer * (keys_values + positions + weights) + c.n_token * c.d_model)
     return 1e3 * step_bytes / bandwidth / batch
 
+# %% ../notebooks/07_speed_benchmark.ipynb #c519
+def with_floor(records: list[dict], config: TXLConfig, bandwidth: float) -> list[dict]:
+    "The records, each generate one given `batch`, `floor_ms_per_token` (at `bandwidth`) and `floor_ratio`."
+    batch, records[0]["read_bytes_per_s"] = records[0]["batch"], bandwidth
+    for r in records:
+        if r.get("mode") in ("generate", "generate_uncached"):
+            floor = generation_floor_ms(config, r["L"], batch, bandwidth)
+            r.update(batch=batch, floor_ms_per_token=floor, floor_ratio=r["ms_per_token"] / floor)
+    return records
+
+def format_floor(records: list[dict]) -> str:
+    "A Markdown table: per L, generation's ms/token with the cache, the bandwidth floor, and their ratio."
+    rows = ["| L | batch | generate ms/token | floor ms/token | ratio |", "|---:|---:|---:|---:|---:|"]
+    for r in sorted((r for r in records if r.get("mode") == "generate"), key=lambda r: r["L"]):
+        rows.append(f"| {r['L']} | {r['batch']} | {significant(r['ms_per_token'])} | "
+                    f"{significant(r['floor_ms_per_token'])} | {r['floor_ratio']:.1f}x |")
+    return "\n".join(rows)
+
 # %% ../notebooks/07_speed_benchmark.ipynb #c026
 def saved_tensor_bytes(call, parameters=()):
     "Run `call()`; its result, and the bytes of the distinct activations (not `parameters`) saved for backward."
@@ -351,11 +369,13 @@ def main(argv=None) -> list[dict]:
             dict(lengths=[128, 256, 512, 1024], tgt_len=64, repeats=3)
     for name, value in sizes.items():                    # what the command line gives wins, --quick or not
         setattr(args, name, value if getattr(args, name) is None else getattr(args, name))
-    model = bench_model(n_layer=2, d_model=64, n_head=2, d_head=32, d_inner=256) if args.quick else None
-    records = benchmark(args.lengths, args.tgt_len, args.batch, args.repeats, model)
+    model = bench_model(n_layer=2, d_model=64, n_head=2, d_head=32, d_inner=256) if args.quick else bench_model()
+    records = with_floor(benchmark(args.lengths, args.tgt_len, args.batch, args.repeats, model), model.config,
+                         read_bandwidth())
     for title, field in [("ms per token", "ms_per_token"), ("speed-up (efficiency)", "speedup"),
                          ("GFLOP/s of the matrix products", "gflop_per_s")]:
         print(f"{title}:", format_table(records, field), sep="\n")
+    print("generation against the memory-bandwidth floor:", format_floor(records), sep="\n")
     if args.train:
         size = dict(n_layer=2, d_model=64, d_head=16, d_inner=256, tgt_len=32) if args.quick else \
                dict(n_layer=4, d_model=256, d_head=64, d_inner=1024, tgt_len=128)
