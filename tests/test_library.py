@@ -194,7 +194,7 @@ def test_from_hf_accepts_an_adaptive_model():
         theirs = hf(ids, mems=[torch.empty(0, 2, 16)] * 2).prediction_scores
         ours = from_hf(hf)
         assert isinstance(ours, AdaptiveTransformerXL)
-        torch.testing.assert_close(ours(ids).logits, theirs, atol=1e-4, rtol=0)
+        torch.testing.assert_close(ours(ids).logits, theirs, atol=1e-5, rtol=0)      # the bound; 1.9e-6 here
 
 
 def test_the_top_level_exports_what_a_user_needs():
