@@ -87,7 +87,7 @@ def resume_exactly_or_refuse(out, reference):
     return "resumed"
 
 
-@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 8])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 8, 11])   # 11: after the last step's state.pt, before its copies
 def test_a_crash_between_any_two_writes_resumes_exactly(tmp_path, monkeypatch, reference, n):
     out = tmp_path / "run"
     with monkeypatch.context() as patch:

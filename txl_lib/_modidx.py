@@ -194,6 +194,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                              'txl_lib.cli.train_loop': ('commands.html#train_loop', 'txl_lib/cli.py'),
                              'txl_lib.cli.training_step': ('commands.html#training_step', 'txl_lib/cli.py'),
                              'txl_lib.cli.use_stored_arguments': ('commands.html#use_stored_arguments', 'txl_lib/cli.py'),
+                             'txl_lib.cli.write_copies': ('commands.html#write_copies', 'txl_lib/cli.py'),
                              'txl_lib.cli.write_log': ('commands.html#write_log', 'txl_lib/cli.py'),
                              'txl_lib.cli.write_sampling_copy': ('commands.html#write_sampling_copy', 'txl_lib/cli.py'),
                              'txl_lib.cli.write_text_atomic': ('commands.html#write_text_atomic', 'txl_lib/cli.py')},

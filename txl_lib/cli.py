@@ -6,9 +6,9 @@
 __all__ = ['PRESETS', 'EXTENSION_CONFIGS', 'MODEL_COPY', 'STORE_FIELDS', 'RUN_FILES', 'RUN_ARGS', 'ERRORS', 'REFUSED_CHANGES',
            'build_parser', 'add_evaluation_arguments', 'parse_args', 'config_class_for', 'build_config',
            'setup_distributed', 'stream_shares', 'local_streams', 'gather', 'write_text_atomic', 'write_log',
-           'write_sampling_copy', 'memory_payload', 'memory_from_payload', 'save_state', 'load_state', 'run_lock',
-           'evaluation_settings', 'evaluation_streams', 'evaluate_bits', 'training_step', 'next_segment', 'build_run',
-           'run_arguments', 'progress_bar', 'report', 'train_loop', 'run', 'train_command', 'main',
+           'write_sampling_copy', 'memory_payload', 'memory_from_payload', 'save_state', 'write_copies', 'load_state',
+           'run_lock', 'evaluation_settings', 'evaluation_streams', 'evaluate_bits', 'training_step', 'next_segment',
+           'build_run', 'run_arguments', 'progress_bar', 'report', 'train_loop', 'run', 'train_command', 'main',
            'check_command_line', 'check_device', 'check_corpus_fits', 'check_fresh_folder', 'check_lock_free',
            'read_state', 'use_stored_arguments', 'check_same_model']
 
@@ -192,14 +192,18 @@ def save_state(out: Path, model, optimizer, schedule, step: int, position: int, 
                      "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(), "step": step,
                      "position": position, "world": world, "processes": everyone, "log": log,
                      "args": run_args, "vocab": vocab}, out / "state.pt")
-        try:
-            write_sampling_copy(out, model, vocab)
-            write_log(out, log)
-        except OSError as e:
-            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
-                raise
-            raise OSError(e.errno, f"the disk is full: state.pt of step {step} is saved in {out} (--resume "
-                                   f"continues from it), its copies are not: {e}") from None
+        write_copies(out, model, vocab, log, step)
+
+def write_copies(out: Path, model, vocab: list[str], log: dict, step: int):
+    "The copies for people (model.safetensors + config.json, vocab.json, log.json) of the state.pt of `step`."
+    try:
+        write_sampling_copy(out, model, vocab)
+        write_log(out, log)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise OSError(e.errno, f"the disk is full: state.pt of step {step} is saved in {out} (--resume "
+                               f"continues from it), its copies are not: {e}") from None
 
 def load_state(state: dict, model, optimizer, schedule, rank: int, device):
     "Restore weights, optimizer, schedule and this process's memories and random state; (step, position, mems)."
@@ -361,6 +365,8 @@ def run(args: argparse.Namespace) -> dict:
         if state is not None:
             check_same_model(state, model, out)
             start, log = load_state(state, model, optimizer, schedule, rank, device), state["log"]
+            if rank == 0:                      # a run killed after state.pt, before its copies: write them again
+                write_copies(out, model, corpus.vocab.itos, log, state["step"])
         step = train_loop(args, out, corpus, model, optimizer, schedule, streams, start, log, rank, world)
         if rank == 0:
             report(model, corpus, args, log, step, out, device)
