@@ -36,7 +36,9 @@ def test_quick_benchmark_writes_the_documented_records(tmp_path):
         if r["mode"] == "recompute":
             assert r["speedup"] == 1
     train = {r["implementation"]: r for r in records if r["mode"] == "train"}
-    assert set(train) == {"hf", "ours"} and train["ours"]["max_loss_difference"] < 1e-4
+    assert set(train) == {"hf", "ours", "ours_checkpointed"}
+    assert all(train[name]["max_loss_difference"] < 1e-4 for name in ("ours", "ours_checkpointed"))
+    assert train["ours_checkpointed"]["saved_mb"] < train["ours"]["saved_mb"]
 
 
 def test_counted_flops_follow_the_cost_formula():

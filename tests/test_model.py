@@ -227,3 +227,47 @@ def test_every_model_gives_the_mean_loss_to_train_on(kind):
     assert any(g is not None and g.abs().sum() > 0 for g in grads)
     nothing = model(x, targets=torch.full_like(targets, IGNORE))         # nothing to score: 0, not NaN
     assert nothing.mean_loss.item() == 0 and not nothing.loss.any()
+
+
+def step_gradients_and_saved_bytes(model, checkpointed, tokens, seed=3):
+    "Every parameter's gradient after a two-segment training step, and the bytes of the activations saved for it."
+    from txl_lib.bench import saved_tensor_bytes
+    model.zero_grad()
+    model.checkpoint_activations = checkpointed
+    torch.manual_seed(seed)                                   # the same dropout masks in both runs
+
+    def step():
+        out = model(tokens[:, :8])
+        model(tokens[:, 8:16], mems=out.mems, targets=tokens[:, 9:17]).mean_loss.backward()
+    _, saved = saved_tensor_bytes(step, model.parameters())
+    return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}, saved
+
+
+@pytest.mark.parametrize("config", [
+    TXLConfig.tiny(n_token=50, dropout=0.1, dropatt=0.1, untie_r=True),
+    TXLConfig.tiny(n_token=50, dropout=0.1, pre_lnorm=True, same_length=True),
+    VariantConfig.tiny(n_token=50, attn_type=1, dropout=0.1),
+    VariantConfig.tiny(n_token=50, attn_type=2, dropout=0.1),
+    VariantConfig.tiny(n_token=50, attn_type=3, dropout=0.1),
+    AdaptiveConfig.tiny(n_token=50, cutoffs=[10, 30], div_val=2, dropout=0.1),
+], ids=["type0-untied", "type0-prelnorm-samelength", "type1", "type2", "type3", "adaptive"])
+def test_checkpointed_layers_give_the_same_gradients_and_keep_fewer_activations(config):
+    model = build_model(config).train()
+    tokens = torch.randint(50, (2, 17), generator=torch.Generator().manual_seed(0))
+    kept, kept_bytes = step_gradients_and_saved_bytes(model, False, tokens)
+    recomputed, recomputed_bytes = step_gradients_and_saved_bytes(model, True, tokens)
+    assert kept.keys() == recomputed.keys() and len(kept) > 10
+    for name in kept:                                         # recomputation with the replayed RNG: the same numbers
+        torch.testing.assert_close(recomputed[name], kept[name], atol=1e-6, rtol=0, msg=name)
+    assert recomputed_bytes < 0.3 * kept_bytes                # the option took effect (0.10-0.18 here): inputs only
+
+
+def test_checkpoint_activations_is_refused_where_it_cannot_hold():
+    knn = build_model(KNNConfig.tiny(n_token=50, knn_layer=1))
+    knn.checkpoint_activations = True
+    with pytest.raises(ValueError, match="KNN layer's store changes during forward"):
+        knn(torch.zeros(1, 4, dtype=torch.long))
+    for model in (TransformerXL(TXLConfig.tiny(n_token=50)), build_model(VariantConfig.tiny(n_token=50, attn_type=2))):
+        model.checkpoint_activations = 1
+        with pytest.raises(TypeError, match="checkpoint_activations must be True or False, got 1"):
+            model(torch.zeros(1, 4, dtype=torch.long))

@@ -327,6 +327,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'txl_lib.model.generate': ('model.html#generate', 'txl_lib/model.py'),
                                'txl_lib.model.init_weights': ('model.html#init_weights', 'txl_lib/model.py'),
                                'txl_lib.model.load_checkpoint': ('model.html#load_checkpoint', 'txl_lib/model.py'),
+                               'txl_lib.model.run_layer': ('model.html#run_layer', 'txl_lib/model.py'),
                                'txl_lib.model.sample': ('model.html#sample', 'txl_lib/model.py'),
                                'txl_lib.model.save_checkpoint': ('model.html#save_checkpoint', 'txl_lib/model.py'),
                                'txl_lib.model.weights_sha256': ('model.html#weights_sha256', 'txl_lib/model.py')},

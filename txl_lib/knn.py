@@ -287,6 +287,9 @@ def check_knn_fields(self: KNNConfig):
 def check_knn_call(self, input_ids, mems=None, targets=None, cache=None):
     "forward's input: chapter 06's checks, and mems None or a KNNMems whose store fits this model and batch."
     c = self.config
+    if self.checkpoint_activations is not False:
+        raise ValueError(f"a KNNTransformerXL cannot recompute its layers in backward (checkpoint_activations="
+                         f"{self.checkpoint_activations!r}): the KNN layer's store changes during forward; set it to False")
     B, T = check_token_ids("input_ids", input_ids, c.n_token).shape
     check_mems(mems, c, B, self.u); check_targets(targets, c.n_token, (B, T))
     if mems is None:

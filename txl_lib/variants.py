@@ -20,7 +20,7 @@ from .memory import update_memory
 from .positions import relative_positions
 from .attention import RelativeMultiHeadAttention, attention_mask, content_score, rel_shift
 from .model import (TXLConfig, TransformerXL, DecoderLayer, check_token_ids, check_targets, check_mems,
-                           init_weights, check_config, check_model_config, _guarded)
+                           init_weights, run_layer, check_config, check_model_config, _guarded)
 
 # %% ../notebooks/08_attention_variants.ipynb #c005
 def fit_table(table: torch.Tensor, K: int) -> torch.Tensor:
@@ -120,6 +120,7 @@ class VariantPositions(nn.Module):
 class PositionVariantLM(VariantPositions):
     "Transformer-XL with the original's attention type 1, 2 or 3 (type 0 is `TransformerXL`)."
     config_class = VariantConfig
+    checkpoint_activations = False                             # as TransformerXL's (chapter 06)
     def __init__(self, config: VariantConfig):
         super().__init__(config)
         c, attention = config, LearnedRelativeAttention if config.attn_type == 1 else AbsoluteAttention
@@ -139,7 +140,7 @@ class PositionVariantLM(VariantPositions):
         for i, layer in enumerate(self.layers):
             x, mem = self.layer_inputs(i, x, None if mems is None else mems[i])
             hiddens.append(x)                                   # what the original caches: with its positions
-            x = layer(x, *self.relative_args(i), mask, mem)
+            x = run_layer(layer, x, *self.relative_args(i), mask, mem, checkpointed=self.checkpoint_activations)
         logits = self.head(self.drop(x))
         loss = None if targets is None else token_loss(logits, targets)                         # (B, T)
         return LMOutput(logits, loss, update_memory(mems, hiddens, c.mem_len), hiddens,
@@ -152,6 +153,8 @@ def check_variant_inputs(model: PositionVariantLM, input_ids, mems, targets, cac
     if cache is not None:
         raise ValueError(f"attn_type={c.attn_type} takes no InferenceCache (only attention type 0 does): "
                          f"pass cache=None")
+    if not isinstance(model.checkpoint_activations, bool):
+        raise TypeError(f"checkpoint_activations must be True or False, got {model.checkpoint_activations!r}")
     B, T = check_token_ids("input_ids", input_ids, c.n_token).shape
     check_mems(mems, c, B, model.word_emb.weight); check_targets(targets, c.n_token, (B, T))
     return B, T
