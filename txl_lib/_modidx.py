@@ -89,6 +89,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                    'txl_lib.attention._keys_values': ('relative_shift.html#_keys_values', 'txl_lib/attention.py'),
                                    'txl_lib.attention._method': ('relative_shift.html#_method', 'txl_lib/attention.py'),
                                    'txl_lib.attention._output': ('relative_shift.html#_output', 'txl_lib/attention.py'),
+                                   'txl_lib.attention._project_memory': ('relative_shift.html#_project_memory', 'txl_lib/attention.py'),
                                    'txl_lib.attention._project_positions': ( 'relative_shift.html#_project_positions',
                                                                              'txl_lib/attention.py'),
                                    'txl_lib.attention._relative_scores': ('relative_shift.html#_relative_scores', 'txl_lib/attention.py'),

@@ -111,9 +111,17 @@ def _project_positions(self, r: torch.Tensor) -> torch.Tensor:
 @_method(RelativeMultiHeadAttention)
 def _keys_values(self, x, mem):
     "Queries (B,H,T,D) of x, keys and values (B,H,K,D) of [memory, x]."
-    context = x if mem is None or mem.size(1) == 0 else torch.cat([mem, x], dim=1)          # (B, K, E)
-    q, k, val = self.project(context)
-    return q[:, :, -x.size(1):], k, val
+    q, k, val = self.project(x)
+    if mem is None or mem.size(1) == 0:
+        return q, k, val
+    k_mem, val_mem = self.project_memory(mem)
+    return q, torch.cat([k_mem, k], dim=2), torch.cat([val_mem, val], dim=2)
+
+@_method(RelativeMultiHeadAttention)
+def _project_memory(self, mem):
+    "Keys and values of the memory (B, M, E), stacked: (2, B, H, M, D); its queries are never used, so not computed."
+    heads = F.linear(self.norm(mem) if self.pre_lnorm else mem, self.qkv.weight[self.n_head * self.d_head:])
+    return rearrange(heads, "b m (two h d) -> two b h m d", two=2, h=self.n_head)
 
 # %% ../notebooks/05_relative_shift.ipynb #c317
 @_method(RelativeMultiHeadAttention)
