@@ -57,11 +57,11 @@ def test_counted_flops_follow_the_cost_formula():
     positions = lambda K: n_layer * K * E * HD          # W_r·R: once per call, shared by the batch
     segment = B * (n_layer * (T * dense + attention(T, L)) + T * E * V)
     assert flops["segment"] == per_token(segment, T)    # W_r·R comes from the cache
-    memory = B * n_layer * 3 * (L - T) * E * HD         # q, k, v of the memory again (q too, as the original)
+    memory = B * n_layer * 2 * (L - T) * E * HD         # k, v of the memory again (no queries: chapter 05)
     assert flops["segment_uncached"] == per_token(segment + memory + positions(L), T)
     generate = B * (n_layer * (dense + attention(1, L + 1)) + E * V)
     assert flops["generate"] == per_token(generate, 1)
-    assert flops["generate_uncached"] == per_token(generate + B * n_layer * 3 * L * E * HD + positions(L + 1), 1)
+    assert flops["generate_uncached"] == per_token(generate + B * n_layer * 2 * L * E * HD + positions(L + 1), 1)
     recompute = B * (n_layer * (L * dense + attention(L, L)) + L * E * V) + positions(L)
     assert flops["recompute"] == per_token(recompute, 1)
 
