@@ -48,8 +48,8 @@ def test_counted_flops_follow_the_cost_formula():
     flops = count_flops(readers(model, L, T, B))
     dense = 4 * E * HD + 2 * E * F                      # per position: q, k, v, output projections, feed-forward
 
-    def attention(queries, keys):                       # content and position scores, weighted values
-        return 3 * queries * keys * HD
+    def attention(queries, keys):                       # content and position scores (one zero column more: chapter
+        return (3 * keys + 1) * queries * HD            # 05 pads W_r·R, not the scores), weighted values
 
     def per_token(call, predicted):                     # a multiply-add is two floating-point operations
         return 2 * call / (B * predicted)

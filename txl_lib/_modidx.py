@@ -101,6 +101,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                    'txl_lib.attention.content_score': ('score_decomposition.html#content_score', 'txl_lib/attention.py'),
                                    'txl_lib.attention.position_score_unaligned': ( 'score_decomposition.html#position_score_unaligned',
                                                                                    'txl_lib/attention.py'),
+                                   'txl_lib.attention.read_shifted': ('relative_shift.html#read_shifted', 'txl_lib/attention.py'),
                                    'txl_lib.attention.rel_shift': ('relative_shift.html#rel_shift', 'txl_lib/attention.py'),
                                    'txl_lib.attention.relative_index': ('score_decomposition.html#relative_index', 'txl_lib/attention.py'),
                                    'txl_lib.attention.score_terms': ('score_decomposition.html#score_terms', 'txl_lib/attention.py')},
