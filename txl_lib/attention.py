@@ -65,6 +65,10 @@ def rel_shift(x: torch.Tensor) -> torch.Tensor:
 
 def read_shifted(padded: torch.Tensor) -> torch.Tensor:
     "(..., T, K+1) scores whose column 0 is zero, read back aligned as (..., T, K): drop T numbers, reshape."
+    if not isinstance(padded, torch.Tensor) or padded.dim() < 2 or padded.size(-2) < 1 or \
+            padded.size(-1) < padded.size(-2) + 1:
+        raise ValueError(f"read_shifted expects (..., T, K+1) scores with K >= T >= 1, got shape "
+                         f"{tuple(getattr(padded, 'shape', ()))}")
     *lead, T, K_plus_1 = padded.shape                   # reshape: a view whenever each (T, K+1) block is contiguous
     return padded.reshape(*lead, K_plus_1, T)[..., 1:, :].reshape(*lead, T, K_plus_1 - 1)
 

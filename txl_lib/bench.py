@@ -319,8 +319,8 @@ def training_comparison(config: TXLConfig, batch: int = 8, steps: int = 3, round
     stream = torch.randint(config.n_token, (batch, config.tgt_len * steps), generator=torch.Generator().manual_seed(seed))
     contenders = [("hf", hf, hf_losses), ("ours", ours, our_losses), ("ours_checkpointed", checkpointed, our_losses)]
     runs = {name: [] for name, _, _ in contenders}              # name -> (losses, fastest step, saved bytes) per round
-    for _ in range(rounds):                                     # interleaved: all see the same state of the machine
-        for name, model, forward in contenders:
+    for round_ in range(rounds):                                # interleaved, each round in another order
+        for name, model, forward in contenders[round_ % len(contenders):] + contenders[:round_ % len(contenders)]:
             runs[name].append(measure_training(model.train(), forward(model), stream, config.tgt_len, steps))
     records = [{"mode": "train", "implementation": name, "saved_mb": measured[0][2] / 2**20,
                 "tokens_per_s": batch * config.tgt_len / min(seconds for _, seconds, _ in measured)}
