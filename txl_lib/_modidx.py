@@ -314,6 +314,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'txl_lib.model._reset_parameters': ('model.html#_reset_parameters', 'txl_lib/model.py'),
                                'txl_lib.model._tiny': ('model.html#_tiny', 'txl_lib/model.py'),
                                'txl_lib.model.atomic_save': ('model.html#atomic_save', 'txl_lib/model.py'),
+                               'txl_lib.model.check_checkpoint_flag': ('model.html#check_checkpoint_flag', 'txl_lib/model.py'),
                                'txl_lib.model.check_config': ('model.html#check_config', 'txl_lib/model.py'),
                                'txl_lib.model.check_expected': ('model.html#check_expected', 'txl_lib/model.py'),
                                'txl_lib.model.check_generate': ('model.html#check_generate', 'txl_lib/model.py'),

@@ -6,7 +6,7 @@
 __all__ = ['MIN_TEMPERATURE', 'generate', 'TXLConfig', 'DecoderLayer', 'init_weights', 'TransformerXL', 'run_layer', 'sample',
            'weights_sha256', 'save_checkpoint', 'atomic_save', 'check_sha256', 'check_stored_weights', 'check_expected',
            'config_of_fields', 'load_checkpoint', 'check_token_ids', 'check_targets', 'check_mems', 'check_config',
-           'check_sampling', 'check_model_config', 'check_model_call', 'check_generate']
+           'check_sampling', 'check_model_config', 'check_checkpoint_flag', 'check_model_call', 'check_generate']
 
 # %% ../notebooks/06_model.ipynb #c001
 import errno, functools, hashlib, math, os, tempfile, warnings
@@ -407,13 +407,17 @@ def check_model_config(self: TransformerXL, config: TXLConfig):
         raise TypeError(f"{type(self).__name__} is built from {self.config_class.__name__} configs, got "
                         f"{type(config).__name__}: txl_lib.build_model(config) builds the model any config describes")
 
+def check_checkpoint_flag(model: nn.Module):
+    "`checkpoint_activations` is True or False (any model whose layers run through `run_layer`)."
+    if not isinstance(model.checkpoint_activations, bool):
+        raise TypeError(f"checkpoint_activations must be True or False, got {model.checkpoint_activations!r}")
+
 def check_model_call(self: TransformerXL, input_ids, mems=None, targets=None, cache=None):
     "forward's arguments: token ids (B, T), memories of this model, targets of the inputs' shape, a cache or None."
     if cache is not None and not callable(getattr(cache, "run", None)):
         raise TypeError(f"cache must be None or an inference cache (chapter 06b: model.new_cache()), got "
                         f"{type(cache).__name__}")
-    if not isinstance(self.checkpoint_activations, bool):
-        raise TypeError(f"checkpoint_activations must be True or False, got {self.checkpoint_activations!r}")
+    check_checkpoint_flag(self)
     B, T = check_token_ids("input_ids", input_ids, self.config.n_token).shape
     check_mems(mems, self.config, B, self.u)
     check_targets(targets, self.config.n_token, (B, T))

@@ -20,7 +20,8 @@ from .memory import update_memory
 from .positions import relative_positions
 from .attention import RelativeMultiHeadAttention, attention_mask, content_score, rel_shift
 from .model import (TXLConfig, TransformerXL, DecoderLayer, check_token_ids, check_targets, check_mems,
-                           init_weights, run_layer, check_config, check_model_config, _guarded)
+                           init_weights, run_layer, check_config, check_model_config,
+                           check_checkpoint_flag, _guarded)
 
 # %% ../notebooks/08_attention_variants.ipynb #c005
 def fit_table(table: torch.Tensor, K: int) -> torch.Tensor:
@@ -153,8 +154,7 @@ def check_variant_inputs(model: PositionVariantLM, input_ids, mems, targets, cac
     if cache is not None:
         raise ValueError(f"attn_type={c.attn_type} takes no InferenceCache (only attention type 0 does): "
                          f"pass cache=None")
-    if not isinstance(model.checkpoint_activations, bool):
-        raise TypeError(f"checkpoint_activations must be True or False, got {model.checkpoint_activations!r}")
+    check_checkpoint_flag(model)
     B, T = check_token_ids("input_ids", input_ids, c.n_token).shape
     check_mems(mems, c, B, model.word_emb.weight); check_targets(targets, c.n_token, (B, T))
     return B, T
