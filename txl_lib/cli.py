@@ -41,7 +41,7 @@ PRESETS = {                                     # preset(config_class, **fields)
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m txl_lib.train", description="Train a Transformer-XL on a corpus.")
-    p.add_argument("--data", default="pydoc", help="pydoc, enwik8, text8, or a text file or folder")
+    p.add_argument("--data", default="pydoc", help="pydoc, shakespeare, enwik8, text8, or a text file or folder")
     p.add_argument("--download", action="store_true"); p.add_argument("--cache-dir", default=None)
     p.add_argument("--drop-newlines", action="store_true", help="remove every newline, as the original's enwik8")
     p.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
