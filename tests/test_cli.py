@@ -5,7 +5,6 @@ import json
 import math
 import os
 import shlex
-import socket
 import subprocess
 import sys
 
@@ -80,19 +79,13 @@ def test_generate_reads_the_model_pt_of_an_earlier_version_s_run(tmp_path):
     assert generate_command(["--checkpoint", str(older), *argv]) == expected
 
 
-def free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
-
-
 def test_two_gloo_processes_equal_one_process_on_the_same_global_batch(tmp_path):
     args = SMALL + ["--steps", "6", "--save-every", "3", "--batch-size", "5"]     # 3 + 2 streams: an uneven split
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     one = subprocess.run([sys.executable, "-m", "txl_lib.train", *args, "--out", str(tmp_path / "one")], env=env,
                          capture_output=True, text=True)
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                          free_port(), "-m", "txl_lib.train", *args, "--out", str(tmp_path / "two")], env=env,
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                          "-m", "txl_lib.train", *args, "--out", str(tmp_path / "two")], env=env,
                          capture_output=True, text=True)
     assert one.returncode == 0 and two.returncode == 0, one.stderr[-2000:] + two.stderr[-2000:]
     a, b = weights(tmp_path / "one"), weights(tmp_path / "two")
