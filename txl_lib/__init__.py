@@ -6,8 +6,9 @@
 __all__ = ['seed_everything', 'CharVocab', 'IGNORE', 'load_corpus', 'corpus_streams', 'LMOutput', 'train', 'evaluate',
            'mean_loss', 'stream_documents', 'TXLConfig', 'TransformerXL', 'InferenceCache', 'generate',
            'save_checkpoint', 'load_checkpoint', 'VariantConfig', 'PositionVariantLM', 'config_of_type',
-           'AdaptiveConfig', 'AdaptiveTransformerXL', 'WordVocab', 'KNNConfig', 'KNNTransformerXL', 'from_hf',
-           'from_original', 'build_model', 'save_pretrained', 'from_pretrained', 'config_from_dict']
+           'AdaptiveConfig', 'AdaptiveTransformerXL', 'WordVocab', 'KNNConfig', 'KNNTransformerXL', 'LSTMConfig',
+           'LSTMLM', 'from_hf', 'from_original', 'build_model', 'save_pretrained', 'from_pretrained',
+           'config_from_dict']
 
 # %% ../notebooks/12a_top_level.ipynb #c027
 from importlib.metadata import version as _version, PackageNotFoundError as _NotInstalled
@@ -24,12 +25,13 @@ from .cache import InferenceCache
 from .variants import VariantConfig, PositionVariantLM, config_of_type
 from .adaptive import AdaptiveConfig, AdaptiveTransformerXL, WordVocab
 from .knn import KNNConfig, KNNTransformerXL
+from .lstm import LSTMConfig, LSTMLM
 from .convert import from_original
 from .pretrained import build_model, save_pretrained, from_pretrained, config_from_dict, from_hf
 _all_ = ["seed_everything", "CharVocab", "IGNORE", "load_corpus", "corpus_streams", "LMOutput", "train", "evaluate",
          "mean_loss", "stream_documents", "TXLConfig", "TransformerXL", "InferenceCache", "generate", "save_checkpoint",
          "load_checkpoint", "VariantConfig", "PositionVariantLM", "config_of_type", "AdaptiveConfig",
-         "AdaptiveTransformerXL", "WordVocab", "KNNConfig", "KNNTransformerXL", "from_hf", "from_original",
+         "AdaptiveTransformerXL", "WordVocab", "KNNConfig", "KNNTransformerXL", "LSTMConfig", "LSTMLM", "from_hf", "from_original",
          "build_model", "save_pretrained", "from_pretrained", "config_from_dict"]
 
 try:

@@ -23,14 +23,15 @@ from .variants import VariantConfig, PositionVariantLM
 from .adaptive import (AdaptiveConfig, AdaptiveTransformerXL, load_pretrained as load_foreign,
                               adaptive_config_from_hf, from_state_dict)
 from .knn import KNNConfig, KNNTransformerXL
+from .lstm import LSTMConfig, LSTMLM
 from .convert import tied_groups, fill_tied, is_adaptive_hf, from_hf as from_hf_type_0
 
 # %% ../notebooks/12_using_the_library.ipynb #c005
 MODEL_OF_CONFIG = {TXLConfig: TransformerXL, VariantConfig: PositionVariantLM, AdaptiveConfig: AdaptiveTransformerXL,
-                   KNNConfig: KNNTransformerXL}
+                   KNNConfig: KNNTransformerXL, LSTMConfig: LSTMLM}
 
 def build_model(config: TXLConfig) -> nn.Module:
-    "The language model `config` describes: TransformerXL, or the extension of chapter 08, 09 or 10 its class names."
+    "The language model `config` describes: TransformerXL, the extension of chapter 08, 09 or 10, or the LSTM (06c)."
     if type(config) not in MODEL_OF_CONFIG:
         raise TypeError(f"config must be one of {[c.__name__ for c in MODEL_OF_CONFIG]}, got {type(config).__name__}")
     return MODEL_OF_CONFIG[type(config)](config)
@@ -59,7 +60,7 @@ def save_pretrained(model: nn.Module, folder) -> Path:
     write_atomically(folder / "config.json", config_json.encode())
     return folder
 
-for model_class in (TransformerXL, PositionVariantLM):       # model.save_pretrained(folder), as in HuggingFace
+for model_class in (TransformerXL, PositionVariantLM, LSTMLM):   # model.save_pretrained(folder), as in HuggingFace
     model_class.save_pretrained = save_pretrained
 
 # %% ../notebooks/12_using_the_library.ipynb #c016
@@ -139,10 +140,10 @@ def check_checksum(weights_file: Path, weights: dict, metadata: dict):
                          f"saved (a changed byte?)")
 
 def check_saveable(model) -> TXLConfig:
-    "The config of a model save_pretrained can write (one built from a TXLConfig, with real weights)."
+    "The config of a model save_pretrained can write (one build_model builds, with real weights)."
     config = getattr(model, "config", None)
-    if not isinstance(model, nn.Module) or not isinstance(config, TXLConfig):
-        raise TypeError(f"model must be a txl_lib language model (built from a TXLConfig), got {type(model).__name__}")
+    if not isinstance(model, nn.Module) or not isinstance(config, tuple(MODEL_OF_CONFIG)):
+        raise TypeError(f"model must be a txl_lib language model (one build_model builds), got {type(model).__name__}")
     if any(p.device.type == "meta" for p in model.parameters()):
         raise ValueError("the model is on the meta device (shapes only): there are no weights to save")
     return config
@@ -162,7 +163,8 @@ def config_from_dict(stored: dict) -> TXLConfig:
                   if (list(stored[k]) if isinstance(stored[k], (list, tuple)) else stored[k]) == off]
         unused += ["knn_capacity", "knn_top_k"] if "knn_layer" in unused else []
         stored = {k: v for k, v in stored.items() if k not in unused}
-    fitting = [c for c in CONFIG_CLASSES.values() if stored.keys() <= {f.name for f in fields(c)}]
+    fitting = [c for c in CONFIG_CLASSES.values()                   # no config_class: an earlier TXLConfig kind
+               if issubclass(c, TXLConfig) and stored.keys() <= {f.name for f in fields(c)}]
     config_class = CONFIG_CLASSES[name] if name else min(fitting or [TXLConfig], key=lambda c: len(fields(c)))
     return config_of_fields(stored, config_class)
 
