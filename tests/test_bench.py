@@ -30,8 +30,11 @@ def test_quick_benchmark_writes_the_documented_records(tmp_path):
                                                       "generate_uncached")}
     for r in timed:
         floor = {"batch", "floor_ms_per_token", "floor_ratio"} if r["mode"].startswith("generate") else set()
-        assert set(r) == {"L", "mode", "ms_per_token", "flops_per_token", "gflop_per_s", "speedup", "efficiency", *floor}
-        assert r["ms_per_token"] > 0 and r["efficiency"] == pytest.approx(r["speedup"] / r["L"])
+        assert set(r) == {"L", "mode", "ms_per_token", "ms_range", "flops_per_token", "gflop_per_s", "speedup",
+                          "speedup_range", "efficiency", *floor}
+        assert 0 < r["ms_range"][0] <= r["ms_per_token"] <= r["ms_range"][1]
+        assert r["speedup_range"][0] <= r["speedup"] <= r["speedup_range"][1]
+        assert r["efficiency"] == pytest.approx(r["speedup"] / r["L"])
         assert r["gflop_per_s"] == pytest.approx(r["flops_per_token"] / r["ms_per_token"] / 1e6)
         if r["mode"] == "recompute":
             assert r["speedup"] == 1
@@ -139,7 +142,7 @@ def test_the_readme_quotes_the_run_committed_in_chapter_07():
     "The README's speed tables are the ones chapter 07 printed in its stored run, row for row."
     root = Path(__file__).parents[1]
     notebook = json.loads((root / "notebooks" / "07_speed_benchmark.ipynb").read_text())
-    printed = "".join(text for cell in notebook["cells"] if "records = benchmark(" in "".join(cell["source"])
+    printed = "".join(text for cell in notebook["cells"] if "= benchmark(" in "".join(cell["source"])
                       for out in cell["outputs"] for text in out.get("text", []))
     tables = [line for line in printed.splitlines() if line.startswith("| ")]
     assert len(tables) >= 10, printed[-500:]

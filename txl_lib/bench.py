@@ -11,7 +11,7 @@ __all__ = ['MODES', 'XL_MODES', 'PAPER_SPEEDUPS', 'COLUMNS', 'CELLS', 'bench_mod
            'parse_args', 'check_outputs', 'main']
 
 # %% ../notebooks/07_speed_benchmark.ipynb #c001
-import argparse, copy, json, platform, sys, time
+import argparse, copy, json, platform, statistics, sys, time
 from pathlib import Path
 
 import torch
@@ -61,8 +61,9 @@ def cached_logits(model: TransformerXL, tokens: torch.Tensor, T: int, mem_len: i
 def check_same_function(model: TransformerXL, tokens: torch.Tensor, L: int, T: int, atol: float = 1e-4) -> float:
     "Largest logit difference between the procedures on the first `L` tokens; an error above `atol`."
     check_int("L", L, 2); check_int("T", T, 1)
-    if not T < L <= tokens.size(1):
-        raise ValueError(f"need T < L <= the number of tokens, got T={T}, L={L}, {tokens.size(1)} tokens")
+    if not T < L <= tokens.size(1) or L % T:
+        raise ValueError(f"need T < L <= the number of tokens and L a multiple of T (so that every token sees its whole "
+                         f"prefix), got T={T}, L={L}, {tokens.size(1)} tokens")
     window = tokens[:, :L]
     with torch.inference_mode():
         reference = model(window).logits             # causal: position t of one forward = a forward over t+1 tokens
@@ -116,11 +117,15 @@ def readers(model: TransformerXL, L: int, T: int, batch: int, seed: int = 0) -> 
 
 @torch.inference_mode()
 def time_modes(calls: dict, repeats: int) -> dict:
-    "Per mode, milliseconds per predicted token: the fastest of `repeats` calls (one-token steps: 8 times as many)."
-    ms = {}
-    for mode, (call, n) in calls.items():                  # count_flops has already run each call, twice for XL
-        one_token = mode.startswith("generate")
-        ms[mode] = 1e3 * fastest_seconds(call, 8 * repeats if one_token else repeats, 4 if one_token else 0) / n
+    "Per mode, milliseconds per predicted token in each of `repeats` rounds; a round times every mode once, in turn."
+    ms = {mode: [] for mode in calls}                     # count_flops has already run each call, twice for XL
+    for _ in range(repeats):
+        for mode, (call, n) in calls.items():
+            calls_per_round = 8 if mode.startswith("generate") else 1     # one-token steps: 8 calls a round
+            start = time.perf_counter()
+            for _ in range(calls_per_round):
+                call()
+            ms[mode].append(1e3 * (time.perf_counter() - start) / (calls_per_round * n))
     return ms
 
 # %% ../notebooks/07_speed_benchmark.ipynb #c209
@@ -149,10 +154,16 @@ def machine() -> dict:
             "threads": torch.get_num_threads(), "python": platform.python_version()}
 
 def records_for(L: int, ms: dict, flops: dict) -> list[dict]:
-    "The records of one length, speed-ups relative to recompute."
-    return [{"L": L, "mode": mode, "ms_per_token": ms[mode], "flops_per_token": flops[mode],
-             "gflop_per_s": flops[mode] / ms[mode] / 1e6, "speedup": ms["recompute"] / ms[mode],
-             "efficiency": ms["recompute"] / ms[mode] / L} for mode in MODES]
+    "The records of one length: medians over the rounds, and each speed-up's median and range over the rounds."
+    records = []
+    for mode in MODES:
+        speedups = [slow / fast for slow, fast in zip(ms["recompute"], ms[mode])]    # round by round
+        median_ms = statistics.median(ms[mode])
+        records.append({"L": L, "mode": mode, "ms_per_token": median_ms, "ms_range": [min(ms[mode]), max(ms[mode])],
+                        "flops_per_token": flops[mode], "gflop_per_s": flops[mode] / median_ms / 1e6,
+                        "speedup": statistics.median(speedups), "speedup_range": [min(speedups), max(speedups)],
+                        "efficiency": statistics.median(speedups) / L})
+    return records
 
 # %% ../notebooks/07_speed_benchmark.ipynb #c211
 COLUMNS = {"recompute": "recompute", "segment": "segment", "segment_uncached": "segment, no cache",
@@ -164,7 +175,8 @@ def significant(x: float) -> str:
 
 CELLS = {"ms_per_token": lambda r: significant(r["ms_per_token"]), "gflop_per_s": lambda r: significant(r["gflop_per_s"]),
          "flops_per_token": lambda r: significant(r["flops_per_token"] / 1e6) + "M",
-         "speedup": lambda r: f"{r['speedup']:.0f}x ({r['efficiency']:.2f})"}
+         "speedup": lambda r: "{:,.0f}x ({:,.0f}–{:,.0f}; {:.2f})".format(r["speedup"], *r["speedup_range"],
+                                                                           r["efficiency"])}
 
 def format_table(records: list[dict], field: str = "ms_per_token") -> str:
     "A Markdown table of one field (ms_per_token, speedup, flops_per_token, gflop_per_s): L by procedure."
@@ -183,8 +195,10 @@ def plot_speedups(records: list[dict], path=None):
     fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=100)
     for mode, style in [("segment", "o-C0"), ("segment_uncached", "o--C0"), ("generate", "s-C1"),
                         ("generate_uncached", "s--C1")]:
-        points = sorted((r["L"], r["speedup"]) for r in records if r["mode"] == mode)
-        ax.plot(*zip(*points), style, label=f"XL {COLUMNS[mode]} (this machine)")
+        rows = sorted((r["L"], r["speedup"], *r["speedup_range"]) for r in records if r["mode"] == mode)
+        lengths, median, low, high = (torch.tensor(column) for column in zip(*rows))
+        ax.errorbar(lengths, median, yerr=(median - low, high - median), fmt=style, capsize=3,
+                    label=f"XL {COLUMNS[mode]} (this machine: median, range)")
     lengths = sorted({r["L"] for r in records if "L" in r} | set(PAPER_SPEEDUPS))
     ax.plot(lengths, lengths, "k:", label="ideal: L")
     ax.plot(*zip(*PAPER_SPEEDUPS.items()), "k^", label="paper, Table 9 (GPU, memory re-projected)")
@@ -203,8 +217,8 @@ def benchmark(lengths=(128, 256, 512, 1024), T: int = 64, batch: int = 4, repeat
     "Check, then count and time the procedures at each attention length; the records (meta first)."
     lengths = [check_int("L", L, 2) for L in lengths]
     check_int("T", T, 1); check_int("batch", batch, 1); check_int("repeats", repeats, 1)
-    if any(L <= T for L in lengths):
-        raise ValueError(f"every length L must exceed the segment length T={T}, got {lengths}")
+    if any(L <= T or L % T for L in lengths):
+        raise ValueError(f"every length L must be a multiple of the segment length T={T} and exceed it, got {lengths}")
     model = bench_model() if model is None else model.eval()
     tokens = torch.randint(model.config.n_token, (batch, max(lengths)), generator=torch.Generator().manual_seed(1))
     meta = {**machine(), "batch": batch, "T": T, "repeats": repeats,
@@ -322,11 +336,12 @@ def training_comparison(config: TXLConfig, batch: int = 8, steps: int = 3, round
     for round_ in range(rounds):                                # interleaved, each round in another order
         for name, model, forward in contenders[round_ % len(contenders):] + contenders[:round_ % len(contenders)]:
             runs[name].append(measure_training(model.train(), forward(model), stream, config.tgt_len, steps))
+    rates = {name: [batch * config.tgt_len / seconds for _, seconds, _ in measured] for name, measured in runs.items()}
     records = [{"mode": "train", "implementation": name, "saved_mb": measured[0][2] / 2**20,
-                "tokens_per_s": batch * config.tgt_len / min(seconds for _, seconds, _ in measured)}
-               for name, measured in runs.items()]
+                "tokens_per_s": statistics.median(rates[name])} for name, measured in runs.items()]
     for record in records[1:]:
-        record.update(speed_ratio=record["tokens_per_s"] / records[0]["tokens_per_s"],
+        ratios = [ours / hf for ours, hf in zip(rates[record["implementation"]], rates["hf"])]   # round by round
+        record.update(speed_ratio=statistics.median(ratios), speed_ratio_range=[min(ratios), max(ratios)],
                       memory_ratio=record["saved_mb"] / records[0]["saved_mb"],
                       max_loss_difference=(runs["hf"][0][0] - runs[record["implementation"]][0][0]).abs().max().item())
     return records
@@ -335,10 +350,11 @@ def training_comparison(config: TXLConfig, batch: int = 8, steps: int = 3, round
 def format_training(records: list[dict]) -> str:
     "One line per implementation, then each of ours against the port: ratios and the largest loss difference."
     hf, *ours = (r for r in records if r["mode"] == "train")
-    lines = [f"{r['implementation']:>17}: {r['tokens_per_s']:.0f} tokens/s, {r['saved_mb']:.1f} MB saved for backward"
-             for r in (hf, *ours)]
-    ratios = [f"{r['implementation']} / hf: {r['speed_ratio']:.2f}x the tokens/s, {r['memory_ratio']:.2f}x the memory; "
-              f"losses within {r['max_loss_difference']:.1e}" for r in ours]
+    lines = [f"{r['implementation']:>17}: {r['tokens_per_s']:.0f} tokens/s (median of the rounds), {r['saved_mb']:.1f} MB "
+             "saved for backward" for r in (hf, *ours)]
+    ratios = ["{} / hf: {:.2f}x the tokens/s (rounds {:.2f}-{:.2f}), {:.2f}x the memory; losses within {:.1e}".format(
+              r["implementation"], r["speed_ratio"], *r["speed_ratio_range"], r["memory_ratio"],
+              r["max_loss_difference"]) for r in ours]
     return "\n".join(lines + ratios)
 
 # %% ../notebooks/07_speed_benchmark.ipynb #c031
