@@ -84,7 +84,7 @@ def compare(a, b, paired: bool = False) -> tuple[float, float, str]:
     (mean_a, s_a), (mean_b, s_b) = mean_spread(a), mean_spread(b)
     spread = mean_spread([x - y for x, y in zip(a, b)])[1] if paired else math.hypot(s_a, s_b)
     gap = mean_a - mean_b
-    return gap, spread, "measurable" if abs(gap) >= 2 * spread else "no measurable difference"
+    return gap, spread, "measurable" if abs(gap) > 0 and abs(gap) >= 2 * spread else "no measurable difference"
 
 # %% ../notebooks/00_utils.ipynb #c121
 def cell_seconds(cell: dict) -> float:

@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['sinusoid_encoding', 'causal_mask', 'feed_forward', 'VanillaLayer', 'VanillaTransformerLM', 'load_vanilla_reference',
-           'sliding_window_loss']
+           'sliding_window_loss', 'loss_by_position']
 
 # %% ../notebooks/01_context_fragmentation.ipynb #c001
 import json, math
@@ -15,7 +15,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from .data import LMOutput, token_loss, mean_loss
+from .data import LMOutput, batchify, token_loss, mean_loss
+from .train import evaluate
+from .utils import check_int
 
 # %% ../notebooks/01_context_fragmentation.ipynb #c005
 def sinusoid_encoding(positions: torch.Tensor, d_model: int) -> torch.Tensor:
@@ -107,3 +109,15 @@ def sliding_window_loss(model: nn.Module, inputs: torch.Tensor, targets: torch.T
     flat, last = windows.reshape(B * n, window), targets[:, window - 1:].reshape(B * n)
     losses = [model(x).logits[:, -1] for x in flat.split(chunk)]       # the last position of each window
     return F.cross_entropy(torch.cat(losses), last, reduction="none").view(B, n)
+
+# %% ../notebooks/01_context_fragmentation.ipynb #c029
+def loss_by_position(model: nn.Module, ids: torch.Tensor, tgt_len: int, streams: int = 8,
+                     mem_len: int | None = None) -> torch.Tensor:
+    "Bits per token at each position of a segment (tgt_len,): `ids` (S,) read as `streams` streams in segments."
+    check_int("tgt_len", tgt_len, 1); check_int("streams", streams, 1)
+    data = batchify(ids, streams)
+    S = (data.size(1) - 1) // tgt_len * tgt_len                      # whole segments only
+    if S == 0:
+        raise ValueError(f"{len(ids)} tokens give {streams} streams shorter than one segment of {tgt_len} + 1")
+    loss = evaluate(model, data[:, :S], data[:, 1:S + 1], tgt_len, mem_len).loss    # (streams, S)
+    return loss.view(streams, -1, tgt_len).mean((0, 1)) / math.log(2)
