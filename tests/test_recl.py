@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from txl_lib.model import TXLConfig, TransformerXL
-from txl_lib.recl import key_value_stream, losses_at_contexts, oracle_losses, recl, relative_gains
+from txl_lib.recl import key_value_stream, losses_at_contexts, oracle_losses, recl, recl_by_seed, relative_gains
 
 
 def recl_by_the_formulas(losses, contexts, r=1.0, threshold=0.01, clip=True):
@@ -187,3 +187,15 @@ def test_losses_at_contexts_reads_with_the_memory_it_is_given():
 def test_bad_stream_arguments_are_refused(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_recl_by_seed_is_each_seeds_group_apart_and_names_a_missing_table():
+    "Seed by seed, the RECL of the group {a, b} of that seed's tables; a missing table is one clear error."
+    generator = torch.Generator().manual_seed(0)
+    tables = {f"{m}-seed{s}": torch.rand(4, 20, generator=generator) * 3 for m in "ab" for s in (0, 1)}
+    found = recl_by_seed(tables, ["a", "b"], [0, 1], [8, 16, 24, 32], r=0.5)
+    for s in (0, 1):
+        alone = recl({"a": tables[f"a-seed{s}"], "b": tables[f"b-seed{s}"]}, [8, 16, 24, 32], r=0.5)
+        assert (found["a"][s], found["b"][s]) == (alone["a"], alone["b"])
+    with pytest.raises(ValueError, match="c-seed0"):
+        recl_by_seed(tables, ["a", "c"], [0], [8, 16, 24, 32])

@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['relative_gains', 'recl', 'check_group', 'check_recl_inputs', 'key_value_stream', 'check_stream_args', 'oracle_losses',
-           'loss_of_last', 'losses_at_contexts', 'check_scoring_args']
+           'loss_of_last', 'losses_at_contexts', 'check_scoring_args', 'recl_by_seed']
 
 # %% ../notebooks/08a_recl.ipynb #c001
 import torch
@@ -169,3 +169,13 @@ def check_scoring_args(stream, contexts, n_tokens) -> None:
     if stream.numel() < max(contexts) + n_tokens:
         raise ValueError(f"stream must have at least max(contexts) + n_tokens = {max(contexts) + n_tokens} tokens, "
                          f"got {stream.numel()}")
+
+# %% ../notebooks/08a_recl.ipynb #r04
+def recl_by_seed(tables: dict, members: list[str], seeds: list[int], contexts: list[int],
+                 r: float = 1.0) -> dict[str, list[int]]:
+    "RECL of each member in its seed's group; `tables[f'{member}-seed{seed}']` (C, n_tokens) -> {member: [per seed]}."
+    missing = [f"{m}-seed{s}" for m in members for s in seeds if f"{m}-seed{s}" not in tables]
+    if missing:
+        raise ValueError(f"no table of loss for {missing}; the tables hold {sorted(tables)}")
+    per_seed = [recl({m: tables[f"{m}-seed{s}"] for m in members}, contexts, r=r) for s in seeds]
+    return {m: [group[m] for group in per_seed] for m in members}
