@@ -463,6 +463,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                   'txl_lib.variants.UnprojectedAttention.__init__': ( 'attention_variants.html#unprojectedattention.__init__',
                                                                                       'txl_lib/variants.py'),
                                   'txl_lib.variants.VariantConfig': ('attention_variants.html#variantconfig', 'txl_lib/variants.py'),
+                                  'txl_lib.variants.VariantConfig.__post_init__': ( 'attention_variants.html#variantconfig.__post_init__',
+                                                                                    'txl_lib/variants.py'),
                                   'txl_lib.variants.VariantPositions': ('attention_variants.html#variantpositions', 'txl_lib/variants.py'),
                                   'txl_lib.variants.VariantPositions.__init__': ( 'attention_variants.html#variantpositions.__init__',
                                                                                   'txl_lib/variants.py'),

@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['fit_table', 'UnprojectedAttention', 'LearnedRelativeAttention', 'sinusoid_inputs', 'learned_inputs',
-           'AbsoluteAttention', 'VariantConfig', 'config_of_type', 'position_tables', 'VariantPositions',
-           'PositionVariantLM', 'check_variant_inputs', 'build_model', 'check_variant_config']
+           'AbsoluteAttention', 'check_variant_config', 'VariantConfig', 'config_of_type', 'position_tables',
+           'VariantPositions', 'PositionVariantLM', 'check_variant_inputs', 'build_model']
 
 # %% ../notebooks/08_attention_variants.ipynb #c001
 import math
@@ -21,7 +21,7 @@ from .positions import relative_positions
 from .attention import RelativeMultiHeadAttention, attention_mask, content_score, rel_shift
 from .model import (TXLConfig, TransformerXL, DecoderLayer, check_token_ids, check_targets, check_mems,
                            init_weights, run_layer, check_config, check_model_config,
-                           check_checkpoint_flag, _guarded)
+                           check_checkpoint_flag)
 
 # %% ../notebooks/08_attention_variants.ipynb #c005
 def fit_table(table: torch.Tensor, K: int) -> torch.Tensor:
@@ -74,10 +74,23 @@ class AbsoluteAttention(UnprojectedAttention):
         return self.attend(x, score, val, mask)
 
 # %% ../notebooks/08_attention_variants.ipynb #c125
+def check_variant_config(config: TXLConfig):
+    "Chapter 06's checks, then attn_type 1, 2 or 3, and type 3's rows as wide as the model."
+    check_config(config)
+    if type(config.attn_type) is not int or config.attn_type not in (1, 2, 3):
+        raise ValueError(f"attn_type must be 1, 2 or 3 in a VariantConfig (the original's type 0 is the paper's "
+                         f"model, TXLConfig), got {config.attn_type!r}")
+    if config.attn_type == 3 and config.n_head * config.d_head != config.d_model:
+        raise ValueError(f"attn_type=3 adds rows of n_head*d_head = {config.n_head * config.d_head} to inputs of "
+                         f"width d_model = {config.d_model}: they must be equal")
+
 @dataclass
 class VariantConfig(TXLConfig):
     "TXLConfig with the original's `attn_type` switch, for its types 1-3 (type 0, the paper's, is TXLConfig)."
     attn_type: int = 1          # 1: learned relative (Shaw), 2: absolute sinusoid (Vaswani), 3: learned absolute
+
+    def __post_init__(self):
+        check_variant_config(self)
 
 def config_of_type(attn_type: int = 0, **fields) -> TXLConfig:
     "The config of the original's attention type `attn_type`: TXLConfig for 0, VariantConfig for 1-3."
@@ -123,6 +136,7 @@ class PositionVariantLM(VariantPositions):
     config_class = VariantConfig
     checkpoint_activations = False                             # as TransformerXL's (chapter 06)
     def __init__(self, config: VariantConfig):
+        check_model_config(self, config)
         super().__init__(config)
         c, attention = config, LearnedRelativeAttention if config.attn_type == 1 else AbsoluteAttention
         self.word_emb, self.head = nn.Embedding(c.n_token, c.d_model), nn.Linear(c.d_model, c.n_token)
@@ -163,17 +177,3 @@ def check_variant_inputs(model: PositionVariantLM, input_ids, mems, targets, cac
 def build_model(config: TXLConfig) -> nn.Module:
     "The language model of a config: `TransformerXL` for a TXLConfig (type 0), `PositionVariantLM` for a VariantConfig."
     return PositionVariantLM(config) if isinstance(config, VariantConfig) else TransformerXL(config)
-
-# %% ../notebooks/08_attention_variants.ipynb #c240
-def check_variant_config(self: VariantConfig):
-    "Chapter 06's checks, then attn_type 1, 2 or 3, and type 3's rows as wide as the model."
-    check_config(self)
-    if type(self.attn_type) is not int or self.attn_type not in (1, 2, 3):
-        raise ValueError(f"attn_type must be 1, 2 or 3 in a VariantConfig (the original's type 0 is the paper's "
-                         f"model, TXLConfig), got {self.attn_type!r}")
-    if self.attn_type == 3 and self.n_head * self.d_head != self.d_model:
-        raise ValueError(f"attn_type=3 adds rows of n_head*d_head = {self.n_head * self.d_head} to inputs of width "
-                         f"d_model = {self.d_model}: they must be equal")
-
-VariantConfig.__post_init__ = check_variant_config
-PositionVariantLM.__init__ = _guarded(PositionVariantLM.__init__, check_model_config)
