@@ -1,8 +1,9 @@
 """The house style of every chapter, read from the committed notebooks (issue 19: chapters a reader reads top to
-bottom): a `# Title` right after the `#| default_exp` cell, no code cell over 40 lines, cell tags rather than
-`# NBVAL_...` comments, a stored figure in every main chapter 01-10, and (issue 30) classes and functions written
-whole: nothing attaches a method to a class, wraps or rebinds a function after its definition, or sets a
-dataclass's `__post_init__` from outside its body."""
+bottom): a `# Title` right after the `#| default_exp` cell, no code cell over 40 lines (a cell of one whole class
+up to 60), cell tags rather than `# NBVAL_...` comments, a stored figure in every main chapter 01-10, and (issue 30)
+classes and functions written whole: nothing attaches a method to a class, wraps or rebinds a function after its
+definition, or sets a dataclass's `__post_init__` from outside its body."""
+import ast
 import json
 import re
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 MAX_CELL_LINES = 40
+MAX_CLASS_CELL_LINES = 60                            # a cell that holds one whole class, and nothing else
 MAIN_CHAPTER = re.compile(r"(0[1-9]|10)_")           # 01_ ... 10_, no letter: the chapters that must show a figure
 NBVAL_COMMENT = re.compile(r"#\s*NBVAL", re.IGNORECASE)
 FIGURE_TYPES = ("image/png", "image/svg+xml")
@@ -18,12 +20,20 @@ PATCHING = re.compile(r"@_method\(|_guarded\(|check_first\(|\.__post_init__ = |s
 
 # Chapters that still break the house style: each is expected to fail (strictly, so that fixing one makes the
 # suite say so). Empty this list as the chapters are fixed.
-NOT_YET_FIXED: list[str] = ["05_relative_shift", "06_model", "06b_inference_cache", "07_speed_benchmark",
-                             "10_knn_memory"]
+NOT_YET_FIXED: list[str] = ["05_relative_shift", "06_model", "06b_inference_cache", "07_speed_benchmark"]
 
 
 def source(cell) -> str:
     return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def line_limit(text: str) -> int:
+    "The most lines a code cell may have: more for a cell that is one whole class."
+    try:
+        body = ast.parse(text).body
+    except SyntaxError:                               # IPython magics: an ordinary cell
+        return MAX_CELL_LINES
+    return MAX_CLASS_CELL_LINES if len(body) == 1 and isinstance(body[0], ast.ClassDef) else MAX_CELL_LINES
 
 
 def style_problems(path: Path) -> list[str]:
@@ -35,8 +45,8 @@ def style_problems(path: Path) -> list[str]:
         problems.append(f"cell {first} (after `#| default_exp`, or the first) is not a markdown `# Title`")
     for i, cell in enumerate(cells):
         n_lines = len(source(cell).splitlines())
-        if cell["cell_type"] == "code" and n_lines > MAX_CELL_LINES:
-            problems.append(f"code cell {i} ({cell.get('id')}) has {n_lines} lines > {MAX_CELL_LINES}")
+        if cell["cell_type"] == "code" and n_lines > line_limit(source(cell)):
+            problems.append(f"code cell {i} ({cell.get('id')}) has {n_lines} lines > {line_limit(source(cell))}")
         if NBVAL_COMMENT.search(source(cell)):
             problems.append(f"cell {i} ({cell.get('id')}) has a `# NBVAL` comment: use a cell tag")
         if cell["cell_type"] == "code" and PATCHING.search(source(cell)):
@@ -64,14 +74,16 @@ def test_the_checks_can_fail(tmp_path):
         return {"cell_type": kind, "source": text, "metadata": {}, **extra}
     bad = {"cells": [cell("code", "#| default_exp x", outputs=[]), cell("code", "# NBVAL_SKIP\n" + "x = 1\n" * 41,
                                                                          outputs=[]),
-                     cell("code", "Config.__post_init__ = check_config", outputs=[])]}
+                     cell("code", "Config.__post_init__ = check_config", outputs=[]),
+                     cell("code", "class A:\n" + "    x = 1\n" * 60, outputs=[])]}
     path = tmp_path / "03_bad.ipynb"
     path.write_text(json.dumps(bad))
     problems = "\n".join(style_problems(path))
     for expected in ("not a markdown `# Title`", "42 lines > 40", "`# NBVAL` comment", "no stored figure",
-                     "rebinds code after its definition: .__post_init__ = "):
+                     "rebinds code after its definition: .__post_init__ = ", "61 lines > 60"):
         assert expected in problems, (expected, problems)
     good = {"cells": [cell("code", "#| default_exp x", outputs=[]), cell("markdown", "# X\n> y"),
+                      cell("code", "class A:\n" + "    x = 1\n" * 59, outputs=[]),
                       cell("code", "plot()", outputs=[{"output_type": "display_data", "data": {"image/png": ""}}])]}
     path.write_text(json.dumps(good))
     assert style_problems(path) == []
