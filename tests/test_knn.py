@@ -113,7 +113,8 @@ def test_with_an_empty_store_the_layer_is_xl_attention_scaled_by_the_gate(option
     with torch.no_grad():
         ours.gate.copy_(torch.tensor([0.7, -1.3]))
         g = ours.gate.sigmoid()[:, None, None]
-        score, val = theirs.scores(x, r, u, v, mem)
+        q, k, val = theirs.keys_values(x, mem)
+        score = theirs.relative_scores(q, k, theirs.project_positions(r), u, v)
         expected = theirs.output(x, (1 - g) * theirs.weighted_values(score, val, mask))
         torch.testing.assert_close(ours(x, r, u, v, mask, mem), expected)
 

@@ -95,76 +95,50 @@ class RelativeMultiHeadAttention(nn.Module):
         self.norm = nn.LayerNorm(d_model)
         self.drop, self.dropatt = nn.Dropout(dropout), nn.Dropout(dropatt)
 
+    def forward(self, x: torch.Tensor, r: torch.Tensor, u: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                mem: torch.Tensor | None = None) -> torch.Tensor:
+        "x (B,T,E), r = R (K,E), u and v (H,D), mask (T,K) bool, mem (B,M,E) or None -> (B,T,E)."
+        q, k, val = self.keys_values(x, mem)
+        return self.attend(x, self.relative_scores(q, k, self.project_positions(r), u, v), val, mask)
+
     def project(self, x: torch.Tensor) -> torch.Tensor:
         "Queries, keys and values of x (B, T, E), stacked: (3, B, H, T, D); pre-norm applies the layer norm first."
         heads = self.qkv(self.norm(x) if self.pre_lnorm else x)                                   # (B, T, 3HD)
         return rearrange(heads, "b t (three h d) -> three b h t d", three=3, h=self.n_head)
 
-def _method(cls, kind=None):
-    "Decorator for a class built up across cells: `def _name` becomes `cls.name` (wrapped in `kind`, e.g. property)."
-    def attach(function):
-        name = function.__name__.removeprefix("_")
-        function.__name__, function.__qualname__ = name, f"{cls.__name__}.{name}"
-        setattr(cls, name, function if kind is None else kind(function))
-        return function
-    return attach
+    def project_memory(self, mem: torch.Tensor) -> torch.Tensor:
+        "Keys and values of the memory (B, M, E), stacked: (2, B, H, M, D); its queries are never used, so not computed."
+        heads = F.linear(self.norm(mem) if self.pre_lnorm else mem, self.qkv.weight[self.n_head * self.d_head:])
+        return rearrange(heads, "b m (two h d) -> two b h m d", two=2, h=self.n_head)
 
-# %% ../notebooks/05_relative_shift.ipynb #c315
-@_method(RelativeMultiHeadAttention)
-def _project_positions(self, r: torch.Tensor) -> torch.Tensor:
-    "W_r·R as (H, K, D)."
-    return rearrange(self.w_r(r), "k (h d) -> h k d", h=self.n_head)                       # (H, K, D)
+    def keys_values(self, x: torch.Tensor, mem: torch.Tensor | None):
+        "Queries (B,H,T,D) of x, keys and values (B,H,K,D) of [memory, x]."
+        q, k, val = self.project(x)
+        if mem is None or mem.size(1) == 0:
+            return q, k, val
+        k_mem, val_mem = self.project_memory(mem)
+        return q, torch.cat([k_mem, k], dim=2), torch.cat([val_mem, val], dim=2)
 
-@_method(RelativeMultiHeadAttention)
-def _keys_values(self, x, mem):
-    "Queries (B,H,T,D) of x, keys and values (B,H,K,D) of [memory, x]."
-    q, k, val = self.project(x)
-    if mem is None or mem.size(1) == 0:
-        return q, k, val
-    k_mem, val_mem = self.project_memory(mem)
-    return q, torch.cat([k_mem, k], dim=2), torch.cat([val_mem, val], dim=2)
+    def project_positions(self, r: torch.Tensor) -> torch.Tensor:
+        "W_r·R as (H, K, D)."
+        return rearrange(self.w_r(r), "k (h d) -> h k d", h=self.n_head)                       # (H, K, D)
 
-@_method(RelativeMultiHeadAttention)
-def _project_memory(self, mem):
-    "Keys and values of the memory (B, M, E), stacked: (2, B, H, M, D); its queries are never used, so not computed."
-    heads = F.linear(self.norm(mem) if self.pre_lnorm else mem, self.qkv.weight[self.n_head * self.d_head:])
-    return rearrange(heads, "b m (two h d) -> two b h m d", two=2, h=self.n_head)
+    def relative_scores(self, q, k, wr, u, v):
+        "(a)+(b)+(c)+(d), scaled: q (B,H,T,D), k (B,H,K,D), wr = W_r·R (H,K,D) -> (B,H,T,K)."
+        position = position_score_unaligned(q, F.pad(wr, (0, 0, 1, 0)), v)           # (B,H,T,K+1), column 0 zero
+        return (content_score(q, k, u) + read_shifted(position)) * self.scale
 
-# %% ../notebooks/05_relative_shift.ipynb #c317
-@_method(RelativeMultiHeadAttention)
-def _scores(self, x, r, u, v, mem):
-    "Scaled scores (B, H, T, K) and values (B, H, K, D)."
-    q, k, val = self.keys_values(x, mem)
-    return self.relative_scores(q, k, self.project_positions(r), u, v), val
+    def attend(self, x, score, val, mask):
+        "Masked softmax over the scores, weighted values, then the output block -> (B, T, E)."
+        return self.output(x, self.weighted_values(score, val, mask))
 
-@_method(RelativeMultiHeadAttention)
-def _relative_scores(self, q, k, wr, u, v):
-    "(a)+(b)+(c)+(d), scaled: q (B,H,T,D), k (B,H,K,D), wr = W_r·R (H,K,D) -> (B,H,T,K)."
-    position = position_score_unaligned(q, F.pad(wr, (0, 0, 1, 0)), v)           # (B,H,T,K+1), column 0 zero
-    return (content_score(q, k, u) + read_shifted(position)) * self.scale
+    def weighted_values(self, score, val, mask):
+        "Mask, softmax (in float32), attention dropout, weighted sum of values: per head (B, H, T, D)."
+        score = score.float().masked_fill(mask, float("-inf"))
+        prob = self.dropatt(score.softmax(dim=-1).to(val.dtype))                                  # (B, H, T, K)
+        return torch.einsum("bhij,bhjd->bhid", prob, val)
 
-@_method(RelativeMultiHeadAttention)
-def _forward(self, x: torch.Tensor, r: torch.Tensor, u: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
-             mem: torch.Tensor | None = None) -> torch.Tensor:
-    "x (B,T,E), r = R (K,E), u and v (H,D), mask (T,K) bool, mem (B,M,E) or None -> (B,T,E)."
-    score, val = self.scores(x, r, u, v, mem)
-    return self.attend(x, score, val, mask)
-
-# %% ../notebooks/05_relative_shift.ipynb #c319
-@_method(RelativeMultiHeadAttention)
-def _attend(self, x, score, val, mask):
-    "Masked softmax over the scores, weighted values, then the output block -> (B, T, E)."
-    return self.output(x, self.weighted_values(score, val, mask))
-
-@_method(RelativeMultiHeadAttention)
-def _weighted_values(self, score, val, mask):
-    "Mask, softmax (in float32), attention dropout, weighted sum of values: per head (B, H, T, D)."
-    score = score.float().masked_fill(mask, float("-inf"))
-    prob = self.dropatt(score.softmax(dim=-1).to(val.dtype))                                  # (B, H, T, K)
-    return torch.einsum("bhij,bhjd->bhid", prob, val)
-
-@_method(RelativeMultiHeadAttention)
-def _output(self, x, heads):
-    "Heads (B, H, T, D) merged, output projection, dropout, residual and layer norm -> (B, T, E)."
-    output = x + self.drop(self.out(rearrange(heads, "b h t d -> b t (h d)")))
-    return output if self.pre_lnorm else self.norm(output)
+    def output(self, x, heads):
+        "Heads (B, H, T, D) merged, output projection, dropout, residual and layer norm -> (B, T, E)."
+        output = x + self.drop(self.out(rearrange(heads, "b h t d -> b t (h d)")))
+        return output if self.pre_lnorm else self.norm(output)

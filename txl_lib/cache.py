@@ -10,7 +10,8 @@ import torch
 import torch.nn as nn
 
 from .data import LMOutput, mean_loss
-from .attention import RelativeMultiHeadAttention, _method
+from .attention import RelativeMultiHeadAttention
+from .model import _method
 from .model import TransformerXL
 
 # %% ../notebooks/06b_inference_cache.ipynb #c005

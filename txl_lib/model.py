@@ -22,7 +22,16 @@ from .data import IGNORE, LMOutput, token_loss, mean_loss
 from .vanilla import feed_forward
 from .memory import update_memory
 from .positions import relative_positions
-from .attention import RelativeMultiHeadAttention, attention_mask, _method
+from .attention import RelativeMultiHeadAttention, attention_mask
+
+def _method(cls, kind=None):
+    "Decorator for a class built up across cells: `def _name` becomes `cls.name` (wrapped in `kind`, e.g. property)."
+    def attach(function):
+        name = function.__name__.removeprefix("_")
+        function.__name__, function.__qualname__ = name, f"{cls.__name__}.{name}"
+        setattr(cls, name, function if kind is None else kind(function))
+        return function
+    return attach
 
 # %% ../notebooks/06_model.ipynb #c005
 @dataclass
