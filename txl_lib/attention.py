@@ -95,11 +95,11 @@ class RelativeMultiHeadAttention(nn.Module):
         self.norm = nn.LayerNorm(d_model)
         self.drop, self.dropatt = nn.Dropout(dropout), nn.Dropout(dropatt)
 
-    def forward(self, x: torch.Tensor, r: torch.Tensor, u: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
-                mem: torch.Tensor | None = None) -> torch.Tensor:
-        "x (B,T,E), r = R (K,E), u and v (H,D), mask (T,K) bool, mem (B,M,E) or None -> (B,T,E)."
-        q, k, val = self.keys_values(x, mem)
-        return self.attend(x, self.relative_scores(q, k, self.project_positions(r), u, v), val, mask)
+    def forward(self, x, r, u, v, mask, mem=None, cache=None) -> torch.Tensor:
+        "x (B,T,E), R (K,E), u and v (H,D), mask (T,K), mem (B,M,E) or None, or a `LayerCache` (06b) -> (B,T,E)."
+        q, k, val = self.keys_values(x, mem) if cache is None else cache.keys_values(self, x)
+        wr = self.project_positions(r) if cache is None else cache.projected_positions(self, r)
+        return self.attend(x, self.relative_scores(q, k, wr, u, v), val, mask)
 
     def project(self, x: torch.Tensor) -> torch.Tensor:
         "Queries, keys and values of x (B, T, E), stacked: (3, B, H, T, D); pre-norm applies the layer norm first."

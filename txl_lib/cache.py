@@ -11,8 +11,6 @@ import torch.nn as nn
 
 from .data import LMOutput, mean_loss
 from .attention import RelativeMultiHeadAttention
-from .model import _method
-from .model import TransformerXL
 
 # %% ../notebooks/06b_inference_cache.ipynb #c005
 class AppendBuffer:
@@ -65,12 +63,6 @@ class LayerCache:
             self.positions[r.size(0)] = attention.project_positions(r)
         return self.positions[r.size(0)]
 
-@_method(RelativeMultiHeadAttention)
-def _cached_forward(self, x, r, u, v, mask, cache: LayerCache) -> torch.Tensor:
-    "Chapter 05's forward, the memory's keys and values and W_r·R from `cache`: x (B,T,E) -> (B,T,E)."
-    q, k, val = cache.keys_values(self, x)
-    return self.attend(x, self.relative_scores(q, k, cache.projected_positions(self, r), u, v), val, mask)
-
 # %% ../notebooks/06b_inference_cache.ipynb #c010
 class InferenceCache:
     "Per-layer keys, values and W_r·R, and R and masks by length, for consecutive calls of a frozen model."
@@ -103,25 +95,18 @@ class InferenceCache:
         self.mems = [layer.hidden.view() for layer in self.layers]
         return self.mems
 
-# %% ../notebooks/06b_inference_cache.ipynb #c011
-@_method(InferenceCache)
-def _run(self, model: TransformerXL, input_ids: torch.Tensor, mems: list | None, targets=None) -> LMOutput:
-    "model(input_ids, mems, targets) with each layer's attention reading its cache: the same LMOutput."
-    self.check(model, mems)
-    T, M = input_ids.size(1), self.length
-    x = model.drop(model.embed(input_ids))                                              # (B, T, E)
-    if (T, M) not in self.positions:
-        self.positions[(T, M)] = model.positions_and_mask(T, M, input_ids.device)
-    r, mask = self.positions[(T, M)]
-    hiddens = []
-    for i, (layer, kept) in enumerate(zip(model.layers, self.layers)):
-        hiddens.append(x)
-        x = layer.feed_forward(layer.attn.cached_forward(x, r, *model.biases(i), mask, kept))
-    logits, loss = model.read_out(model.drop(x), targets)                               # (B, T, V), (B, T)
-    mems = self.update(hiddens, model.config.mem_len)
-    return LMOutput(logits, loss, mems, hiddens, None if targets is None else mean_loss(loss, targets))
-
-@_method(TransformerXL)
-def _new_cache(self) -> InferenceCache:
-    "An empty inference cache for this model (`generate` makes one per call)."
-    return InferenceCache(len(self.layers))
+    def run(self, model: nn.Module, input_ids: torch.Tensor, mems: list | None, targets=None) -> LMOutput:
+        "model(input_ids, mems, targets) with each layer's attention reading its cache: the same LMOutput."
+        self.check(model, mems)
+        T, M = input_ids.size(1), self.length
+        x = model.drop(model.embed(input_ids))                                              # (B, T, E)
+        if (T, M) not in self.positions:
+            self.positions[(T, M)] = model.positions_and_mask(T, M, input_ids.device)
+        r, mask = self.positions[(T, M)]
+        hiddens = []
+        for i, (layer, kept) in enumerate(zip(model.layers, self.layers)):
+            hiddens.append(x)
+            x = layer.feed_forward(layer.attn(x, r, *model.biases(i), mask, cache=kept))
+        logits, loss = model.read_out(model.drop(x), targets)                               # (B, T, V), (B, T)
+        mems = self.update(hiddens, model.config.mem_len)
+        return LMOutput(logits, loss, mems, hiddens, None if targets is None else mean_loss(loss, targets))

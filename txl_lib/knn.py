@@ -23,7 +23,6 @@ from .data import LMOutput
 from .model import (TXLConfig, TransformerXL, DecoderLayer, check_token_ids, check_mems, check_targets,
                            check_stored_weights, check_config)
 from .attention import RelativeMultiHeadAttention
-from .cache import LayerCache
 
 # %% ../notebooks/10_knn_memory.ipynb #c134
 def check_store_sizes(batch_size, n_head, d_head, capacity):
@@ -182,15 +181,11 @@ class KNNAttention(RelativeMultiHeadAttention):
         prob = score.masked_fill(~found, torch.finfo(score.dtype).min).softmax(-1) * found
         return torch.einsum("bhtk,bhtkd->bhtd", prob.to(values.dtype), values)
 
-    def forward(self, x, r, u, v, mask, mem=None):
+    def forward(self, x, r, u, v, mask, mem=None, cache=None):
         "As RelativeMultiHeadAttention; with a store set, also the retrieved attention, then a new store with the evicted."
-        q, k, val = self.keys_values(x, mem)
-        return self.blend(x, q, k, val, self.relative_scores(q, k, self.project_positions(r), u, v), u, mask)
-
-    def cached_forward(self, x, r, u, v, mask, cache: LayerCache):
-        "forward with the memory's keys and values and W_r·R from an inference cache (chapter 06b)."
-        q, k, val = cache.keys_values(self, x)
-        return self.blend(x, q, k, val, self.relative_scores(q, k, cache.projected_positions(self, r), u, v), u, mask)
+        q, k, val = self.keys_values(x, mem) if cache is None else cache.keys_values(self, x)
+        wr = self.project_positions(r) if cache is None else cache.projected_positions(self, r)
+        return self.blend(x, q, k, val, self.relative_scores(q, k, wr, u, v), u, mask)
 
     def blend(self, x, q, k, val, score, u, mask):
         "Local attention from the scores (B,H,T,K), blended with the retrieved; the evicted pairs go to the store."

@@ -23,6 +23,7 @@ from .vanilla import feed_forward
 from .memory import update_memory
 from .positions import relative_positions
 from .attention import RelativeMultiHeadAttention, attention_mask
+from .cache import InferenceCache               # chapter 06b: it needs nothing of this module
 
 def _method(cls, kind=None):
     "Decorator for a class built up across cells: `def _name` becomes `cls.name` (wrapped in `kind`, e.g. property)."
@@ -113,6 +114,10 @@ class TransformerXL(nn.Module):
         self.u, self.v = nn.Parameter(torch.zeros(bias_shape)), nn.Parameter(torch.zeros(bias_shape))
         self.head = head
         self.reset_parameters()
+
+    def new_cache(self):
+        "An empty inference cache for this model (chapter 06b; `generate` makes one per call)."
+        return InferenceCache(len(self.layers))
 
     def embedding_and_head(self, c: TXLConfig) -> tuple[nn.Module, nn.Module]:
         "nn.Embedding (V, E) and the read-out nn.Linear (E -> V), its weight tied to the embedding's with tie_weight."
