@@ -8,6 +8,7 @@ import txl_lib.model as model_module
 from txl_lib.model import TXLConfig, TransformerXL, generate, load_checkpoint, save_checkpoint, weights_sha256
 from txl_lib.variants import VariantConfig, build_model
 from txl_lib.cache import InferenceCache
+from txl_lib.checks import MIN_TEMPERATURE
 
 CONFIG = dict(n_token=20, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=4, mem_len=4)
 
@@ -125,7 +126,7 @@ def test_smallest_temperature_samples_the_greedy_tokens(saved):
     model, _ = saved
     prompt = torch.randint(20, (3, 4), generator=torch.Generator().manual_seed(1))
     greedy = generate(model, prompt, 6, temperature=0)
-    cold = generate(model, prompt, 6, temperature=model_module.MIN_TEMPERATURE, generator=torch.Generator().manual_seed(0))
+    cold = generate(model, prompt, 6, temperature=MIN_TEMPERATURE, generator=torch.Generator().manual_seed(0))
     assert torch.equal(greedy, cold)
 
 

@@ -23,7 +23,8 @@ from safetensors.torch import load_file
 
 from .utils import check_int
 from .data import IGNORE
-from .model import TXLConfig, TransformerXL, load_checkpoint, check_expected, check_config, config_of_fields
+from .model import TXLConfig, TransformerXL, load_checkpoint, check_expected, config_of_fields
+from .checks import check_config
 from .convert import rename_original, fill_tied, check_against, config_from_hf, is_adaptive_hf, hf_base_fields
 
 # %% ../notebooks/09_adaptive_softmax.ipynb #c007

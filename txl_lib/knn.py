@@ -20,8 +20,8 @@ from safetensors.torch import load_file
 from .utils import check_int, seed_everything
 from .data import recall_task
 from .data import LMOutput
-from .model import (TXLConfig, TransformerXL, DecoderLayer, check_token_ids, check_mems, check_targets,
-                           check_stored_weights, check_config)
+from .model import TXLConfig, TransformerXL, DecoderLayer, check_stored_weights
+from .checks import check_token_ids, check_mems, check_targets, check_config
 from .attention import RelativeMultiHeadAttention
 
 # %% ../notebooks/10_knn_memory.ipynb #c134

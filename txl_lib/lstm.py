@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from .data import LMOutput, token_loss, mean_loss
-from .model import check_token_ids, check_targets
+from .checks import check_token_ids, check_targets
 from .utils import check_int
 
 # %% ../notebooks/06c_lstm_baseline.ipynb #l006

@@ -19,9 +19,9 @@ from .data import LMOutput, token_loss, mean_loss
 from .memory import update_memory
 from .positions import relative_positions
 from .attention import RelativeMultiHeadAttention, attention_mask, content_score, rel_shift
-from .model import (TXLConfig, TransformerXL, DecoderLayer, check_token_ids, check_targets, check_mems,
-                           init_weights, run_layer, check_config, check_model_config,
-                           check_checkpoint_flag)
+from .model import TXLConfig, TransformerXL, DecoderLayer, init_weights, run_layer
+from .checks import (check_token_ids, check_targets, check_mems, check_config, check_model_config,
+                            check_checkpoint_flag)
 
 # %% ../notebooks/08_attention_variants.ipynb #c005
 def fit_table(table: torch.Tensor, K: int) -> torch.Tensor:
