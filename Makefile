@@ -80,7 +80,7 @@ outputs: install  ## for authors: re-execute the notebooks in place, storing the
 	@for nb in $(or $(NB),$(NOTEBOOKS)); do echo "executing $$nb"; $(NBEXEC) --inplace $$nb || exit 1; done
 
 bench: $(STAMP)  ## the speed benchmark of chapter 07
-	$(BIN)/python -m txl_lib.bench
+	$(BIN)/python -m txl_lib bench
 
 reference: install  ## retrain the reference models some chapters load (reference/*.py, fixed seeds; about two hours and a quarter on 2 cores)
 	@for script in $(sort $(wildcard reference/*.py)); do echo "running $$script"; $(BIN)/python $$script || exit 1; done

@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import save_file
 
 from txl_lib.data import corpus_streams
-from txl_lib.train import stream_documents, train
+from txl_lib.training import stream_documents, train
 from txl_lib.utils import seed_everything
 from txl_lib.vanilla import VanillaTransformerLM
 

@@ -17,7 +17,7 @@ from safetensors.torch import save_file
 
 from txl_lib.data import corpus_streams, sort_task
 from txl_lib.model import TXLConfig, TransformerXL, generate
-from txl_lib.train import evaluate, stream_documents, train
+from txl_lib.training import evaluate, stream_documents, train
 from txl_lib.utils import seed_everything
 from txl_lib.vanilla import VanillaTransformerLM
 

@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import save_file
 
 from txl_lib.data import corpus_streams
-from txl_lib.train import stream_documents, train
+from txl_lib.training import stream_documents, train
 from txl_lib.utils import seed_everything
 from txl_lib.variants import build_model, config_of_type
 

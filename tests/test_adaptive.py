@@ -11,7 +11,7 @@ from txl_lib.adaptive import (AdaptiveConfig, AdaptiveTransformerXL, ProjectedAd
 from txl_lib.adaptive import adaptive_config_from_hf as config_from_hf     # the ports here are adaptive
 from txl_lib.data import IGNORE
 from txl_lib.model import TXLConfig, TransformerXL, generate, save_checkpoint
-from txl_lib.train import evaluate
+from txl_lib.training import evaluate
 
 warnings.filterwarnings("ignore", message="IProgress not found")
 from transformers import TransfoXLConfig, TransfoXLLMHeadModel  # noqa: E402

@@ -20,9 +20,9 @@ from txl_lib import from_pretrained
 from txl_lib.cli import parse_args, run_lock, train_command
 from txl_lib.corpora import load_splits
 from txl_lib.data import batchify
-from txl_lib.generate import generate_command
+from txl_lib.generate_cli import generate_command
 from txl_lib.model import TXLConfig, TransformerXL, save_checkpoint
-from txl_lib.train import LMOutput, stream_documents, token_loss, train
+from txl_lib.training import LMOutput, stream_documents, token_loss, train
 
 SMALL = ["--data", "pydoc", "--batch-size", "4", "--set", "n_layer=1", "--set", "d_model=32", "--set", "d_inner=64",
          "--set", "tgt_len=16", "--set", "mem_len=16", "--eval-tokens", "200", "--quiet"]
@@ -128,7 +128,7 @@ def test_real_kills_during_save_every_1_leave_a_run_that_resumes_exactly(tmp_pat
                           capture_output=True, text=True)
     assert died.returncode == 9, died.stderr[-2000:]
     assert (out / "run.lock").exists()                 # left by the dead process: the next run takes it over
-    killed = subprocess.Popen([sys.executable, "-m", "txl_lib.train", *command(out, "--save-every", "1", "--resume",
+    killed = subprocess.Popen([sys.executable, "-m", "txl_lib", "train", *command(out, "--save-every", "1", "--resume",
                                steps=6)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     first = (out / "state.pt").stat().st_mtime_ns
     while killed.poll() is None and (out / "state.pt").stat().st_mtime_ns == first:

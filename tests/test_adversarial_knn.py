@@ -9,7 +9,7 @@ import torch
 from txl_lib.knn import KNNConfig, KNNMemory, KNNTransformerXL
 from txl_lib.cache import InferenceCache
 from txl_lib.model import TXLConfig, generate
-from txl_lib.train import evaluate
+from txl_lib.training import evaluate
 
 # T = 6 > mem_len = 3: every call sends positions of its own segment into the store, the case that broke causality
 CONFIG = dict(n_token=30, n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=24, tgt_len=6, mem_len=3,

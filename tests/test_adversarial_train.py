@@ -6,7 +6,7 @@ import torch
 
 from txl_lib.data import IGNORE, batchify
 from txl_lib.model import TXLConfig, TransformerXL
-from txl_lib.train import check_training_args, evaluate, stream_documents, train
+from txl_lib.training import check_training_args, evaluate, stream_documents, train
 
 V = 12
 

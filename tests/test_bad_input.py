@@ -13,7 +13,7 @@ from txl_lib.memory import update_memory
 from txl_lib.cache import InferenceCache
 from txl_lib.model import TXLConfig, TransformerXL, generate, load_checkpoint, save_checkpoint
 from txl_lib.positions import relative_positions
-from txl_lib.train import evaluate, memory_length, stream_documents, train
+from txl_lib.training import evaluate, memory_length, stream_documents, train
 from txl_lib.vanilla import VanillaTransformerLM
 
 CONFIG = dict(n_token=20, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, mem_len=6)

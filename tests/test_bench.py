@@ -18,7 +18,7 @@ from txl_lib.model import TXLConfig, TransformerXL
 
 def test_quick_benchmark_writes_the_documented_records(tmp_path):
     out = tmp_path / "bench.json"
-    subprocess.run([sys.executable, "-m", "txl_lib.bench", "--quick", "--train", "--json", str(out), "--threads", "1"],
+    subprocess.run([sys.executable, "-m", "txl_lib", "bench", "--quick", "--train", "--json", str(out), "--threads", "1"],
                    check=True, capture_output=True, timeout=120)
     records = json.loads(out.read_text())
     meta = [r for r in records if r["mode"] == "meta"]

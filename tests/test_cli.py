@@ -17,7 +17,7 @@ from txl_lib import from_pretrained
 from txl_lib.cli import build_config, local_streams, parse_args, stream_shares, train_command
 from txl_lib.corpora import load_splits
 from txl_lib.data import batchify
-from txl_lib.generate import generate_command, parse_args as generate_args
+from txl_lib.generate_cli import generate_command, parse_args as generate_args
 from txl_lib.model import save_checkpoint
 
 SMALL = ["--data", "pydoc", "--batch-size", "4", "--set", "n_layer=1", "--set", "d_model=32", "--set", "d_inner=64",
@@ -82,10 +82,10 @@ def test_generate_reads_the_model_pt_of_an_earlier_version_s_run(tmp_path):
 def test_two_gloo_processes_equal_one_process_on_the_same_global_batch(tmp_path):
     args = SMALL + ["--steps", "6", "--save-every", "3", "--batch-size", "5"]     # 3 + 2 streams: an uneven split
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    one = subprocess.run([sys.executable, "-m", "txl_lib.train", *args, "--out", str(tmp_path / "one")], env=env,
+    one = subprocess.run([sys.executable, "-m", "txl_lib", "train", *args, "--out", str(tmp_path / "one")], env=env,
                          capture_output=True, text=True)
     two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                          "-m", "txl_lib.train", *args, "--out", str(tmp_path / "two")], env=env,
+                          "-m", "txl_lib", "train", *args, "--out", str(tmp_path / "two")], env=env,
                          capture_output=True, text=True)
     assert one.returncode == 0 and two.returncode == 0, one.stderr[-2000:] + two.stderr[-2000:]
     a, b = weights(tmp_path / "one"), weights(tmp_path / "two")
@@ -151,12 +151,12 @@ def test_every_command_of_the_readme_parses_and_its_batch_splits():
     commands = readme_commands()
     assert len(commands) >= 5
     for argv in commands:
-        if argv[:3] == ["python", "-m", "txl_lib.generate"]:
-            generate_args(argv[3:])
+        if argv[:4] == ["python", "-m", "txl_lib", "generate"]:
+            generate_args(argv[4:])
             continue
         module = argv.index("-m") + 1
-        assert argv[module] == "txl_lib.train", argv
-        args = parse_args(argv[module + 1:])
+        assert argv[module:module + 2] == ["txl_lib", "train"], argv
+        args = parse_args(argv[module + 2:])
         world = int(argv[argv.index("--nproc_per_node") + 1]) if argv[0] == "torchrun" else 1
         assert sum(stream_shares(args.batch_size, world)) == args.batch_size
         build_config(args.preset, args.set, 205)

@@ -4,7 +4,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from txl_lib.data import CharVocab, Segments, batchify, load_corpus, recall_task, sort_task, IGNORE
-from txl_lib.train import document_segments, stream_documents
+from txl_lib.training import document_segments, stream_documents
 
 
 @pytest.mark.parametrize("call, message", [

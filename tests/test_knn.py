@@ -11,7 +11,7 @@ import torch
 from txl_lib.knn import (RECALL_MODELS, RECALL_RECIPE, KNNConfig, KNNMemory, KNNMems, KNNTransformerXL,
                          load_recall_reference, mixed_recall, recall_config)
 from txl_lib.model import TXLConfig, TransformerXL, save_checkpoint, load_checkpoint
-from txl_lib.train import train
+from txl_lib.training import train
 from txl_lib.utils import seed_everything
 
 

@@ -9,7 +9,7 @@ from txl_lib.convert import from_hf, from_original
 from txl_lib.model import TXLConfig, TransformerXL, generate
 from txl_lib import build_model, AdaptiveConfig, KNNConfig, VariantConfig
 from txl_lib.data import IGNORE, mean_loss, token_loss
-from txl_lib.train import evaluate, memory_length
+from txl_lib.training import evaluate, memory_length
 from txl_lib.vanilla import VanillaTransformerLM
 
 warnings.filterwarnings("ignore", message="IProgress not found")

@@ -15,11 +15,7 @@ from importlib.metadata import version as _version, PackageNotFoundError as _Not
 from .utils import seed_everything
 from .data import CharVocab, IGNORE, load_corpus, corpus_streams
 from .data import LMOutput, mean_loss
-from .train import train, evaluate, stream_documents
-import importlib as _importlib
-_importlib.import_module("txl_lib.generate")       # the command's module before the function of its name
-import warnings as _warnings       # `python -m txl_lib.train` / `.generate` run modules imported here: harmless
-_warnings.filterwarnings("ignore", r"'txl_lib\.(train|generate|cli)' found in sys\.modules", RuntimeWarning)
+from .training import train, evaluate, stream_documents
 from .model import TXLConfig, TransformerXL, generate, save_checkpoint, load_checkpoint
 from .cache import InferenceCache
 from .variants import VariantConfig, PositionVariantLM, config_of_type

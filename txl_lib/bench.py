@@ -18,7 +18,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from .utils import check_int, progress
-from .train import memory_length, IGNORE
+from .training import memory_length, IGNORE
 from .model import TXLConfig, TransformerXL
 from .cache import InferenceCache
 
@@ -359,7 +359,7 @@ def format_training(records: list[dict]) -> str:
 
 # %% ../notebooks/07_speed_benchmark.ipynb #c031
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m txl_lib.bench",
+    parser = argparse.ArgumentParser(prog="python -m txl_lib bench",
                                      description="Transformer-XL evaluation speed: cached memory against recompute.")
     parser.add_argument("--lengths", type=int, nargs="+", help="attention lengths L (128 256 512 1024; --quick: 48 96)")
     parser.add_argument("--tgt-len", type=int, help="segment length T of segment evaluation (64; --quick: 16)")
@@ -410,7 +410,3 @@ def main(argv=None) -> list[dict]:
     if args.plot:
         plot_speedups(records, args.plot)
     return records
-
-# %% ../notebooks/07_speed_benchmark.ipynb #c231
-if __name__ == "__main__" and "ipykernel" not in sys.modules:
-    main()

@@ -103,7 +103,7 @@ def prepare(source: Source, cache_dir=None, download_missing: bool = False) -> P
     if not (folder / source.member).is_file() and not archive.is_file():
         if not download_missing:
             raise FileNotFoundError(f"{source.name} is not in {folder}: download it once with "
-                                    f"`python -m txl_lib.train --data {source.name} --download ...` or "
+                                    f"`python -m txl_lib train --data {source.name} --download ...` or "
                                     f"prepare(SOURCES[{source.name!r}], download_missing=True), or put "
                                     f"{archive.name} there yourself")
         download(source.url, archive)

@@ -9,7 +9,7 @@ __all__ = ['relative_gains', 'recl', 'check_group', 'check_recl_inputs', 'key_va
 # %% ../notebooks/08a_recl.ipynb #c001
 import torch
 
-from .train import memory_length
+from .training import memory_length
 from .utils import check_int
 
 # %% ../notebooks/08a_recl.ipynb #c005

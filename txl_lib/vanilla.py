@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from .data import LMOutput, batchify, token_loss, mean_loss
-from .train import evaluate
+from .training import evaluate
 from .utils import check_int
 
 # %% ../notebooks/01_context_fragmentation.ipynb #c005

@@ -146,11 +146,6 @@ class Validator:
         self.history.append((step, bits))
         return bits
 
-# %% ../notebooks/00b_training.ipynb #c023
-if __name__ == "__main__" and "__file__" in globals():            # run as a program, not in a notebook kernel
-    import runpy                                                  # the command is chapter 11a's module, run as one
-    runpy.run_module("txl_lib.cli", run_name="__main__", alter_sys=True)
-
 # %% ../notebooks/00b_training.ipynb #c152
 def check_training_args(steps, tgt_len, lr, warmup=None, clip=0.25, evaluator=None, eval_every=0):
     "The checks of `train` (and of the training command): one clear ValueError for the first bad argument."
