@@ -13,6 +13,7 @@ from torch import nn
 
 from .data import LMOutput, token_loss, mean_loss
 from .checks import check_token_ids, check_targets
+from .model import PretrainedModel
 from .utils import check_int
 
 # %% ../notebooks/06c_lstm_baseline.ipynb #l006
@@ -53,7 +54,7 @@ def check_lstm_state(mems, config: LSTMConfig, batch_size: int, like: torch.Tens
                              f"{like.dtype} on {like.device} (batch size {batch_size}, n_layer, d_model)")
 
 # %% ../notebooks/06c_lstm_baseline.ipynb #l010
-class LSTMLM(nn.Module):
+class LSTMLM(PretrainedModel):
     "An LSTM language model; its memory is its hidden state [h, c], each (B, n_layer, E), carried between segments."
     config_class = LSTMConfig
 

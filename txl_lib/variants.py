@@ -19,7 +19,7 @@ from .data import LMOutput, token_loss, mean_loss
 from .memory import update_memory
 from .positions import relative_positions
 from .attention import RelativeMultiHeadAttention, attention_mask, content_score, rel_shift
-from .model import TXLConfig, TransformerXL, DecoderLayer, init_weights, run_layer
+from .model import TXLConfig, TransformerXL, DecoderLayer, PretrainedModel, init_weights, run_layer
 from .checks import (check_token_ids, check_targets, check_mems, check_config, check_model_config,
                             check_checkpoint_flag)
 
@@ -107,7 +107,7 @@ def position_tables(c: VariantConfig) -> dict:
     return dict(r_emb=normal(*shape)) if c.attn_type == 3 else {}
 
 # %% ../notebooks/08_attention_variants.ipynb #c027
-class VariantPositions(nn.Module):
+class VariantPositions(PretrainedModel):
     "Types 1-3's positions: the original's tables (`position_tables`) and where each type puts them."
     def __init__(self, config: VariantConfig):
         super().__init__()
