@@ -18,7 +18,8 @@ from safetensors.torch import save_file
 from txl_lib.data import corpus_streams
 from txl_lib.training import stream_documents, train
 from txl_lib.utils import seed_everything
-from txl_lib.variants import build_model, config_of_type
+from txl_lib.pretrained import build_model
+from txl_lib.variants import config_of_type
 
 OUT = Path(__file__).with_suffix("")                 # reference/08_attention_variants/
 ROWS = {"type 0": dict(attn_type=0), "type 1": dict(attn_type=1), "type 2": dict(attn_type=2),

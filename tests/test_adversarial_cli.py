@@ -5,7 +5,6 @@ written; a loss that is not finite stops the run with its last checkpoint kept."
 import errno
 import json
 import os
-import pathlib
 import random
 import signal
 import subprocess
@@ -16,13 +15,14 @@ import pytest
 import torch
 
 import txl_lib.cli as cli
+import txl_lib.utils
 from txl_lib import from_pretrained
 from txl_lib.cli import parse_args, run_lock, train_command
 from txl_lib.corpora import load_splits
-from txl_lib.data import batchify
 from txl_lib.generate_cli import generate_command
 from txl_lib.model import TXLConfig, TransformerXL, save_checkpoint
-from txl_lib.training import LMOutput, stream_documents, token_loss, train
+from txl_lib.data import LMOutput, token_loss
+from txl_lib.training import stream_documents, train
 
 SMALL = ["--data", "pydoc", "--batch-size", "4", "--set", "n_layer=1", "--set", "d_model=32", "--set", "d_inner=64",
          "--set", "tgt_len=16", "--set", "mem_len=16", "--eval-tokens", "200", "--quiet"]
@@ -101,16 +101,24 @@ def test_a_crash_between_any_two_writes_resumes_exactly(tmp_path, monkeypatch, r
 def test_a_full_disk_keeps_the_last_checkpoint_and_resumes_exactly(tmp_path, monkeypatch, reference, full_at):
     out, calls = tmp_path / "run", [0]
 
-    def full_from_call(real):
-        def write(*args, **kwargs):
-            calls[0] += 1
-            if calls[0] >= full_at:
-                raise OSError(errno.ENOSPC, "No space left on device")
-            return real(*args, **kwargs)
-        return write
-    with monkeypatch.context() as patch:       # each save writes state.pt, then model.safetensors and config.json
-        patch.setattr(torch, "save", full_from_call(torch.save))
-        patch.setattr(pathlib.Path, "write_bytes", full_from_call(pathlib.Path.write_bytes))
+    class FullDisk:                            # an open file on a full disk: every write fails
+        def __init__(self, file):
+            self.file = file
+        def __enter__(self):
+            return self
+        def __exit__(self, *error):
+            self.file.close()
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        def __getattr__(self, name):
+            return getattr(self.file, name)
+    real_fdopen = os.fdopen
+    def fdopen(*args, **kwargs):               # the one writer opens each file it writes (chapter 00)
+        calls[0] += 1
+        file = real_fdopen(*args, **kwargs)
+        return FullDisk(file) if calls[0] >= full_at else file
+    with monkeypatch.context() as patch:       # each save writes state.pt, then the model, vocab.json and log.json
+        patch.setattr(txl_lib.utils.os, "fdopen", fdopen)
         with pytest.raises(OSError, match="disk is full"):
             train_command(command(out, "--save-every", "2"))
     assert not list(out.glob("*.tmp"))

@@ -6,7 +6,8 @@ import torch
 
 import txl_lib.model as model_module
 from txl_lib.model import TXLConfig, TransformerXL, generate, load_checkpoint, save_checkpoint, weights_sha256
-from txl_lib.variants import VariantConfig, build_model
+from txl_lib.variants import VariantConfig
+from txl_lib.pretrained import build_model
 from txl_lib.cache import InferenceCache
 from txl_lib.checks import MIN_TEMPERATURE
 

@@ -12,7 +12,8 @@ import torch
 import torch.nn as nn
 
 from txl_lib.model import TXLConfig, TransformerXL
-from txl_lib.variants import PositionVariantLM, VariantConfig, build_model, config_of_type, fit_table
+from txl_lib.variants import PositionVariantLM, VariantConfig, config_of_type, fit_table
+from txl_lib.pretrained import build_model
 
 
 def config(**options):

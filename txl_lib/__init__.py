@@ -23,7 +23,8 @@ from .adaptive import AdaptiveConfig, AdaptiveTransformerXL, WordVocab
 from .knn import KNNConfig, KNNTransformerXL
 from .lstm import LSTMConfig, LSTMLM
 from .convert import from_original
-from .pretrained import build_model, save_pretrained, from_pretrained, config_from_dict, from_hf
+from .model import save_pretrained
+from .pretrained import build_model, from_pretrained, config_from_dict, from_hf
 _all_ = ["seed_everything", "CharVocab", "IGNORE", "load_corpus", "corpus_streams", "LMOutput", "train", "evaluate",
          "mean_loss", "stream_documents", "TXLConfig", "TransformerXL", "InferenceCache", "generate", "save_checkpoint",
          "load_checkpoint", "VariantConfig", "PositionVariantLM", "config_of_type", "AdaptiveConfig",

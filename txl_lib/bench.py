@@ -11,7 +11,7 @@ __all__ = ['MODES', 'XL_MODES', 'PAPER_SPEEDUPS', 'COLUMNS', 'CELLS', 'bench_mod
            'parse_args', 'check_outputs', 'main']
 
 # %% ../notebooks/07_speed_benchmark.ipynb #c001
-import argparse, copy, json, platform, statistics, sys, time
+import argparse, copy, json, platform, statistics, time
 from pathlib import Path
 
 import torch

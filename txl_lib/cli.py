@@ -5,30 +5,31 @@
 # %% auto #0
 __all__ = ['PRESETS', 'EXTENSION_CONFIGS', 'MODEL_COPY', 'STORE_FIELDS', 'RUN_FILES', 'RUN_ARGS', 'ERRORS', 'REFUSED_CHANGES',
            'build_parser', 'add_evaluation_arguments', 'parse_args', 'config_class_for', 'build_config',
-           'setup_distributed', 'stream_shares', 'local_streams', 'gather', 'write_text_atomic', 'write_log',
-           'write_sampling_copy', 'memory_payload', 'memory_from_payload', 'save_state', 'write_copies', 'load_state',
-           'run_lock', 'evaluation_settings', 'evaluation_streams', 'evaluate_bits', 'training_step', 'next_segment',
-           'build_run', 'run_arguments', 'progress_bar', 'report', 'train_loop', 'run', 'train_command', 'main',
+           'setup_distributed', 'stream_shares', 'local_streams', 'gather', 'write_log', 'write_sampling_copy',
+           'memory_payload', 'memory_from_payload', 'save_state', 'write_copies', 'load_state', 'run_lock',
+           'evaluation_settings', 'evaluation_streams', 'evaluate_bits', 'training_step', 'next_segment', 'build_run',
+           'run_arguments', 'progress_bar', 'report', 'train_loop', 'run', 'train_command', 'main',
            'check_command_line', 'check_device', 'check_corpus_fits', 'check_fresh_folder', 'check_lock_free',
            'read_state', 'use_stored_arguments', 'check_same_model']
 
 # %% ../notebooks/11a_commands.ipynb #c001
-import argparse, ast, contextlib, dataclasses, errno, fcntl, json, os, socket, sys, tempfile, warnings
+import argparse, ast, contextlib, dataclasses, errno, fcntl, json, os, socket, sys, warnings
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from .utils import seed_everything, progress
+from .utils import seed_everything, progress, write_atomically
 from .data import batchify
-from .training import warmup_cosine, evaluate, mean_loss, check_training_args, check_finite
-from .model import TXLConfig, atomic_save
+from .training import warmup_cosine, evaluate, mean_loss, check_training_args, optimizer_step
+from .model import TXLConfig
 from .variants import VariantConfig
 from .adaptive import AdaptiveConfig
 from .knn import KNNConfig, KNNMems
 from .corpora import load_splits
-from .pretrained import build_model, save_pretrained, config_from_dict
+from .model import save_pretrained
+from .pretrained import build_model, config_from_dict
 
 # %% ../notebooks/11a_commands.ipynb #c004
 PRESETS = {                                     # preset(config_class, **fields): a config of that class
@@ -132,20 +133,9 @@ def gather(obj, world: int) -> list:
     return objects
 
 # %% ../notebooks/11a_commands.ipynb #c008
-def write_text_atomic(path: Path, text: str):
-    "`path` holds the old text or `text`, never a part: a temporary file in the same folder, then a rename."
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
 def write_log(out: Path, log: dict):
     "log.json, the losses and evaluations: a copy for people and plots (state.pt holds the log resume reads)."
-    write_text_atomic(out / "log.json", json.dumps(log))
+    write_atomically(out / "log.json", json.dumps(log).encode())
 
 MODEL_COPY = ("model.safetensors", "config.json", "model.pt")      # model.pt: the copy of earlier versions
 
@@ -155,7 +145,7 @@ def write_sampling_copy(out: Path, model, vocab: list[str]):
     if (out / "vocab.json").is_file() and (out / "vocab.json").read_text() != json.dumps(vocab):
         for name in MODEL_COPY:
             (out / name).unlink(missing_ok=True)      # never, even for a moment, beside another vocabulary
-    write_text_atomic(out / "vocab.json", json.dumps(vocab))
+    write_atomically(out / "vocab.json", json.dumps(vocab).encode())
     (out / "config.json").unlink(missing_ok=True)     # model.safetensors alone loads (its config is inside)
     save_pretrained(model, out)                       # model.safetensors, then config.json
 
@@ -188,10 +178,11 @@ def save_state(out: Path, model, optimizer, schedule, step: int, position: int, 
     "Every process's memories and random state go to rank 0, which writes state.pt, then the copies."
     everyone = gather({**memory_payload(mems), "rng": torch.get_rng_state()}, world)
     if rank == 0:
-        atomic_save({"format": 2, "model": model.state_dict(), "config": dataclasses.asdict(model.config),
-                     "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(), "step": step,
-                     "position": position, "world": world, "processes": everyone, "log": log,
-                     "args": run_args, "vocab": vocab}, out / "state.pt")
+        state = {"format": 2, "model": model.state_dict(), "config": dataclasses.asdict(model.config),
+                 "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(), "step": step,
+                 "position": position, "world": world, "processes": everyone, "log": log,
+                 "args": run_args, "vocab": vocab}
+        write_atomically(out / "state.pt", lambda f: torch.save(state, f))
         write_copies(out, model, vocab, log, step)
 
 def write_copies(out: Path, model, vocab: list[str], log: dict, step: int):
@@ -272,11 +263,7 @@ def training_step(model, optimizer, schedule, x, y, mems, clip: float, bf16: boo
     with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
         out = model(x, mems=mems, targets=y)
     loss = mean_loss(out.loss.float(), y)
-    check_finite("loss", loss, step)                                  # chapter 00b's check, before the weights
-    optimizer.zero_grad(set_to_none=True)
-    (loss * weight).backward()
-    check_finite("gradient norm", torch.nn.utils.clip_grad_norm_(model.parameters(), clip), step)
-    optimizer.step(); schedule.step()
+    optimizer_step(model, optimizer, schedule, loss, clip, step, weight)          # chapter 00b's step
     return loss.item(), out.mems
 
 def next_segment(streams: torch.Tensor, position: int, T: int):

@@ -16,7 +16,6 @@ from .utils import seed_everything
 from .data import CharVocab
 from .model import generate
 from .pretrained import from_pretrained
-from .cli import main
 
 # %% ../notebooks/11b_generate.ipynb #c004
 def parse_args(argv=None) -> argparse.Namespace:

@@ -4,12 +4,12 @@
 
 # %% auto #0
 __all__ = ['FORMAT', 'TXLConfig', 'DecoderLayer', 'init_weights', 'run_layer', 'PretrainedModel', 'TokenEnds', 'TransformerXL',
-           'generate', 'sample', 'weights_sha256', 'save_checkpoint', 'atomic_save', 'write_atomically',
-           'save_pretrained', 'check_saveable', 'tied_groups', 'check_sha256', 'check_stored_weights', 'check_expected',
-           'config_of_fields', 'load_checkpoint']
+           'generate', 'sample', 'weights_sha256', 'save_checkpoint', 'save_pretrained', 'check_saveable',
+           'tied_groups', 'check_sha256', 'check_stored_weights', 'check_expected', 'config_of_fields',
+           'load_checkpoint']
 
 # %% ../notebooks/06_model.ipynb #c001
-import errno, hashlib, json, math, os, tempfile, warnings
+import hashlib, json, math, warnings
 from dataclasses import dataclass, asdict, fields
 from pathlib import Path
 
@@ -18,9 +18,9 @@ import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 from safetensors.torch import save as safetensors_bytes
 
-from .utils import check_int
+from .utils import check_int, write_atomically
 from .checks import check_config, check_model_config, check_model_call, check_generate
-from .data import IGNORE, LMOutput, token_loss, mean_loss
+from .data import LMOutput, token_loss, mean_loss
 from .vanilla import feed_forward
 from .memory import update_memory
 from .positions import relative_positions
@@ -235,38 +235,11 @@ def save_checkpoint(path, model: TransformerXL, step: int = 0) -> Path:
     state = model.state_dict()
     payload = {"config": asdict(model.config), "model": state, "step": check_int("step", step),
                "sha256": weights_sha256(state)}
-    atomic_save(payload, path)
+    write_atomically(path, lambda f: torch.save(payload, f))
     return path
-
-# %% ../notebooks/06_model.ipynb #c128
-def atomic_save(obj, path: Path):
-    "torch.save to a temporary file in the same folder, then rename: `path` is the old file or the new, never half."
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-        os.replace(tmp, path)
-    except (OSError, RuntimeError) as e:                     # torch reports a full disk as "unexpected pos"
-        if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "unexpected pos" in str(e):
-            kept = f"the previous {path} is kept unchanged" if path.exists() else f"nothing was written at {path}"
-            raise OSError(errno.ENOSPC, f"the disk is full: could not write {path}; {kept}. Free space and "
-                                        f"save again ({type(e).__name__}: {str(e).splitlines()[0]})") from None
-        raise
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 # %% ../notebooks/06_model.ipynb #c129
 FORMAT = "txl_lib"                     # config.json's model_type in the folders save_pretrained writes
-
-def write_atomically(path: Path, data: bytes):
-    "Write `data` to a temporary file beside `path`, then rename it over `path`: the old file or the new, never half."
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 def save_pretrained(model: nn.Module, folder) -> Path:
     "Write `model.safetensors` (weights, tied ones once; config and sha256 as metadata) and `config.json` to `folder`."

@@ -8,8 +8,8 @@ __all__ = ['MODEL_OF_CONFIG', 'CONFIG_CLASSES', 'UNUSED_BEFORE', 'build_model', 
            'config_from_dict', 'from_hf']
 
 # %% ../notebooks/12_using_the_library.ipynb #c002
-import json, math
-from dataclasses import asdict, fields
+import json
+from dataclasses import fields
 from pathlib import Path
 
 import torch
@@ -17,7 +17,7 @@ from torch import nn
 from safetensors import SafetensorError, safe_open
 
 from .model import (TXLConfig, TransformerXL, weights_sha256, check_stored_weights, check_expected,
-                           load_checkpoint, config_of_fields, FORMAT, save_pretrained)
+                           load_checkpoint, config_of_fields, FORMAT)
 from .variants import VariantConfig, PositionVariantLM
 from .adaptive import (AdaptiveConfig, AdaptiveTransformerXL, load_pretrained as load_foreign,
                               adaptive_config_from_hf, from_state_dict)

@@ -4,10 +4,10 @@
 
 # %% auto #0
 __all__ = ['HEADLINE', 'seed_everything', 'check_shape', 'check_int', 'show_heatmap', 'progress', 'mean_spread', 'compare',
-           'cell_seconds', 'timing_table', 'headline', 'report_run']
+           'write_atomically', 'cell_seconds', 'timing_table', 'headline', 'report_run']
 
 # %% ../notebooks/00_utils.ipynb #c001
-import base64, json, math, random, sys
+import base64, errno, json, math, os, random, sys, tempfile
 from datetime import datetime
 from pathlib import Path
 
@@ -85,6 +85,29 @@ def compare(a, b, paired: bool = False) -> tuple[float, float, str]:
     spread = mean_spread([x - y for x, y in zip(a, b)])[1] if paired else math.hypot(s_a, s_b)
     gap = mean_a - mean_b
     return gap, spread, "measurable" if abs(gap) > 0 and abs(gap) >= 2 * spread else "no measurable difference"
+
+# %% ../notebooks/00_utils.ipynb #c141
+def write_atomically(path, data) -> Path:
+    "`path` holds its old content or all of `data` (bytes, or a function writing to a binary file), never a part."
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if callable(data):
+                data(f)
+            else:
+                f.write(data)
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:                     # torch reports a full disk as "unexpected pos"
+        if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "unexpected pos" in str(e):
+            kept = f"the previous {path} is kept unchanged" if path.exists() else f"nothing was written at {path}"
+            raise OSError(errno.ENOSPC, f"the disk is full: could not write {path}; {kept}. Free space and "
+                                        f"save again ({type(e).__name__}: {str(e).splitlines()[0]})") from None
+        raise
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
 
 # %% ../notebooks/00_utils.ipynb #c121
 def cell_seconds(cell: dict) -> float:

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['fit_table', 'UnprojectedAttention', 'LearnedRelativeAttention', 'sinusoid_inputs', 'learned_inputs',
            'AbsoluteAttention', 'check_variant_config', 'VariantConfig', 'config_of_type', 'position_tables',
-           'VariantPositions', 'PositionVariantLM', 'check_variant_inputs', 'build_model']
+           'VariantPositions', 'PositionVariantLM', 'check_variant_inputs']
 
 # %% ../notebooks/08_attention_variants.ipynb #c001
 import math
@@ -19,7 +19,7 @@ from .data import LMOutput, token_loss, mean_loss
 from .memory import update_memory
 from .positions import relative_positions
 from .attention import RelativeMultiHeadAttention, attention_mask, content_score, rel_shift
-from .model import TXLConfig, TransformerXL, DecoderLayer, PretrainedModel, init_weights, run_layer
+from .model import TXLConfig, DecoderLayer, PretrainedModel, init_weights, run_layer
 from .checks import (check_token_ids, check_targets, check_mems, check_config, check_model_config,
                             check_checkpoint_flag)
 
@@ -172,8 +172,3 @@ def check_variant_inputs(model: PositionVariantLM, input_ids, mems, targets, cac
     B, T = check_token_ids("input_ids", input_ids, c.n_token).shape
     check_mems(mems, c, B, model.word_emb.weight); check_targets(targets, c.n_token, (B, T))
     return B, T
-
-# %% ../notebooks/08_attention_variants.ipynb #c028
-def build_model(config: TXLConfig) -> nn.Module:
-    "The language model of a config: `TransformerXL` for a TXLConfig (type 0), `PositionVariantLM` for a VariantConfig."
-    return PositionVariantLM(config) if isinstance(config, VariantConfig) else TransformerXL(config)
