@@ -26,7 +26,7 @@ TEST_ENV := OMP_NUM_THREADS=1
 # pytest-xdist workers; --dist loadfile keeps each notebook's cells, in order, in one worker's kernel.
 TEST_WORKERS ?= 2
 
-.PHONY: help install run test test-kernels lab outputs export sync-check bench reference html clean
+.PHONY: help install run test test-kernels lint lab outputs export sync-check bench reference html clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -67,7 +67,10 @@ sync-check: $(STAMP)  ## fail if txl_lib/ is not exactly what the notebooks expo
 	  || { echo "txl_lib/ was out of sync with the notebooks (now exported: review and commit)"; exit 1; }
 	@echo "txl_lib/ is in sync with the notebooks"
 
-test: install sync-check  ## sync check, then pytest: nbval over every notebook plus tests/, one file per worker
+lint: $(STAMP)  ## ruff check over the library, the tests and the notebooks (the rules in pyproject.toml)
+	$(BIN)/ruff check txl_lib tests notebooks
+
+test: install sync-check lint  ## sync check and lint, then pytest: nbval over every notebook plus tests/, one file per worker
 	$(TEST_ENV) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # Other CPUs (AVX2 laptops, ARM, Apple) change the last bits of floating point. PyTorch's generic kernels are the

@@ -8,7 +8,7 @@ import torch
 
 from txl_lib.knn import KNNConfig, KNNMemory, KNNTransformerXL
 from txl_lib.cache import InferenceCache
-from txl_lib.model import TXLConfig, generate
+from txl_lib.model import generate
 from txl_lib.training import evaluate
 
 # T = 6 > mem_len = 3: every call sends positions of its own segment into the store, the case that broke causality

@@ -1,5 +1,5 @@
 "Issue 17, chapter 06: checkpoints that lie, a full disk, generate on hostile models and arguments, the variants' cache."
-import errno, math, warnings
+import errno, math
 
 import pytest
 import torch

@@ -9,8 +9,6 @@ __all__ = ['relative_index', 'ScoreTerms', 'score_terms', 'content_score', 'posi
 from dataclasses import dataclass
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 from einops import rearrange
 
 from .vanilla import causal_mask
@@ -32,7 +30,7 @@ class ScoreTerms:
 
 def score_terms(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> ScoreTerms:
     "Four score terms the slow way: q (B,H,T,D), k (B,H,K,D), r (H,K,D), u and v (H,D) -> four (B,H,T,K)."
-    (B, H, T, D), K = q.shape, k.size(2)
+    (B, H, T, _), K = q.shape, k.size(2)                                       # _ = D
     rows = r[:, relative_index(T, K, q.device)]                               # (H, T, K, D): r_{i-j}
     a = torch.einsum("bhid,bhjd->bhij", q, k)
     b = torch.einsum("bhid,hijd->bhij", q, rows)
@@ -54,6 +52,10 @@ def align_by_gather(x: torch.Tensor) -> torch.Tensor:
     T, K = x.shape[-2:]
     index = relative_index(T, K, x.device).expand(*x.shape[:-2], T, K)
     return x.gather(-1, index)
+
+# %% ../notebooks/05_relative_shift.ipynb #c099
+import torch.nn as nn
+import torch.nn.functional as F
 
 # %% ../notebooks/05_relative_shift.ipynb #c005
 def rel_shift(x: torch.Tensor) -> torch.Tensor:
