@@ -67,8 +67,9 @@ sync-check: $(STAMP)  ## fail if txl_lib/ is not exactly what the notebooks expo
 	  || { echo "txl_lib/ was out of sync with the notebooks (now exported: review and commit)"; exit 1; }
 	@echo "txl_lib/ is in sync with the notebooks"
 
-lint: $(STAMP)  ## ruff check over the library, the tests and the notebooks (the rules in pyproject.toml)
+lint: $(STAMP)  ## ruff check over the library, the tests and the notebooks (rules in pyproject.toml); tests formatted
 	$(BIN)/ruff check txl_lib tests notebooks
+	$(BIN)/ruff format --check tests
 
 test: install sync-check lint  ## sync check and lint, then pytest: nbval over every notebook plus tests/, one file per worker
 	$(TEST_ENV) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile

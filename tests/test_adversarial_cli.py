@@ -2,6 +2,7 @@
 any two writes, a full disk and real kills (it resumes exactly, or refuses clearly); a second run, a fresh run and a
 resume with other arguments cannot spoil a run; bad data, devices and arguments are named before anything is
 written; a loss that is not finite stops the run with its last checkpoint kept."""
+
 import errno
 import json
 import os
@@ -24,8 +25,25 @@ from txl_lib.model import TXLConfig, TransformerXL, save_checkpoint
 from txl_lib.data import LMOutput, token_loss
 from txl_lib.training import stream_documents, train
 
-SMALL = ["--data", "pydoc", "--batch-size", "4", "--set", "n_layer=1", "--set", "d_model=32", "--set", "d_inner=64",
-         "--set", "tgt_len=16", "--set", "mem_len=16", "--eval-tokens", "200", "--quiet"]
+SMALL = [
+    "--data",
+    "pydoc",
+    "--batch-size",
+    "4",
+    "--set",
+    "n_layer=1",
+    "--set",
+    "d_model=32",
+    "--set",
+    "d_inner=64",
+    "--set",
+    "tgt_len=16",
+    "--set",
+    "mem_len=16",
+    "--eval-tokens",
+    "200",
+    "--quiet",
+]
 
 
 def command(out, *extra, steps=6):
@@ -70,6 +88,7 @@ def crash_after_renames(monkeypatch, n: int):
         count[0] += 1
         if count[0] == n:
             raise Crash(f"after rename {n}: {target}")
+
     monkeypatch.setattr(os, "replace", replace)
 
 
@@ -87,37 +106,52 @@ def resume_exactly_or_refuse(out, reference):
     return "resumed"
 
 
-@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 8, 11])   # 11: after the last step's state.pt, before its copies
+@pytest.mark.parametrize(
+    "n", [1, 2, 3, 4, 5, 6, 8, 11]
+)  # 11: after the last step's state.pt, before its copies
 def test_a_crash_between_any_two_writes_resumes_exactly(tmp_path, monkeypatch, reference, n):
     out = tmp_path / "run"
     with monkeypatch.context() as patch:
-        crash_after_renames(patch, n)   # each save: state.pt, vocab.json, model.safetensors, config.json, log.json
+        crash_after_renames(
+            patch, n
+        )  # each save: state.pt, vocab.json, model.safetensors, config.json, log.json
         with pytest.raises(Crash):
             train_command(command(out, "--save-every", "2"))
     assert resume_exactly_or_refuse(out, reference) == "resumed"
 
 
 @pytest.mark.parametrize("full_at", [1, 2, 3, 4])
-def test_a_full_disk_keeps_the_last_checkpoint_and_resumes_exactly(tmp_path, monkeypatch, reference, full_at):
+def test_a_full_disk_keeps_the_last_checkpoint_and_resumes_exactly(
+    tmp_path, monkeypatch, reference, full_at
+):
     out, calls = tmp_path / "run", [0]
 
-    class FullDisk:                            # an open file on a full disk: every write fails
+    class FullDisk:  # an open file on a full disk: every write fails
         def __init__(self, file):
             self.file = file
+
         def __enter__(self):
             return self
+
         def __exit__(self, *error):
             self.file.close()
+
         def write(self, data):
             raise OSError(errno.ENOSPC, "No space left on device")
+
         def __getattr__(self, name):
             return getattr(self.file, name)
+
     real_fdopen = os.fdopen
-    def fdopen(*args, **kwargs):               # the one writer opens each file it writes (chapter 00)
+
+    def fdopen(*args, **kwargs):  # the one writer opens each file it writes (chapter 00)
         calls[0] += 1
         file = real_fdopen(*args, **kwargs)
         return FullDisk(file) if calls[0] >= full_at else file
-    with monkeypatch.context() as patch:       # each save writes state.pt, then the model, vocab.json and log.json
+
+    with (
+        monkeypatch.context() as patch
+    ):  # each save writes state.pt, then the model, vocab.json and log.json
         patch.setattr(txl_lib.utils.os, "fdopen", fdopen)
         with pytest.raises(OSError, match="disk is full"):
             train_command(command(out, "--save-every", "2"))
@@ -129,18 +163,34 @@ def test_a_full_disk_keeps_the_last_checkpoint_and_resumes_exactly(tmp_path, mon
 def test_real_kills_during_save_every_1_leave_a_run_that_resumes_exactly(tmp_path, reference):
     "A process that dies (os._exit) between two writes, then one killed with SIGKILL at a random moment."
     out, env = tmp_path / "run", {**os.environ, "OMP_NUM_THREADS": "1"}
-    script = ("import os, sys; from txl_lib import cli; real, count = os.replace, [0]\n"
-              "def replace(a, b):\n    real(a, b); count[0] += 1\n    count[0] == 7 and os._exit(9)\n"
-              "os.replace = replace; cli.main(argv=sys.argv[1:])")
-    died = subprocess.run([sys.executable, "-c", script, *command(out, "--save-every", "1")], env=env,
-                          capture_output=True, text=True)
+    script = (
+        "import os, sys; from txl_lib import cli; real, count = os.replace, [0]\n"
+        "def replace(a, b):\n    real(a, b); count[0] += 1\n    count[0] == 7 and os._exit(9)\n"
+        "os.replace = replace; cli.main(argv=sys.argv[1:])"
+    )
+    died = subprocess.run(
+        [sys.executable, "-c", script, *command(out, "--save-every", "1")],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert died.returncode == 9, died.stderr[-2000:]
-    assert (out / "run.lock").exists()                 # left by the dead process: the next run takes it over
-    killed = subprocess.Popen([sys.executable, "-m", "txl_lib", "train", *command(out, "--save-every", "1", "--resume",
-                               steps=6)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert (out / "run.lock").exists()  # left by the dead process: the next run takes it over
+    killed = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "txl_lib",
+            "train",
+            *command(out, "--save-every", "1", "--resume", steps=6),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     first = (out / "state.pt").stat().st_mtime_ns
     while killed.poll() is None and (out / "state.pt").stat().st_mtime_ns == first:
-        time.sleep(0.001)                               # until the resumed run has saved once
+        time.sleep(0.001)  # until the resumed run has saved once
     time.sleep(random.Random(0).uniform(0, 0.05))
     killed.send_signal(signal.SIGKILL)
     killed.wait()
@@ -149,12 +199,12 @@ def test_real_kills_during_save_every_1_leave_a_run_that_resumes_exactly(tmp_pat
 
 def test_a_second_run_into_a_folder_in_use_is_refused(tmp_path):
     out = tmp_path / "run"
-    with run_lock(out):                                # another run holds the folder
+    with run_lock(out):  # another run holds the folder
         before = folder_bytes(out)
         with pytest.raises(RuntimeError, match=f"in use by another run \\(pid {os.getpid()}"):
             train_command(command(out))
         assert folder_bytes(out) == before
-    assert not out.exists()                            # the lock's holder made the folder and left it empty
+    assert not out.exists()  # the lock's holder made the folder and left it empty
 
 
 def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
@@ -163,11 +213,16 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     (out / "run.lock").write_text(f"{dead.pid} somewhere\n")
-    (out / "state.ptk3j9x_.tmp").write_bytes(b"half")      # what killed saves left
+    (out / "state.ptk3j9x_.tmp").write_bytes(b"half")  # what killed saves left
     (out / "model.safetensors.tmp").write_bytes(b"half")
     train_command(command(out, steps=2))
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "log.json", "model.safetensors", "state.pt",
-                                                     "vocab.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.json",
+        "log.json",
+        "model.safetensors",
+        "state.pt",
+        "vocab.json",
+    ]
 
 
 def test_a_fresh_run_never_spoils_a_run_already_in_the_folder(tmp_path, monkeypatch):
@@ -178,11 +233,15 @@ def test_a_fresh_run_never_spoils_a_run_already_in_the_folder(tmp_path, monkeypa
     other.write_text("another corpus, another vocabulary. " * 40)
     with pytest.raises(FileExistsError, match="holds a run .*--overwrite"):
         train_command(command(out, steps=2) + ["--data", str(other)])
-    with monkeypatch.context() as patch:                # --overwrite, and the new run dies in its first step
-        patch.setattr(cli, "training_step", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("out of memory")))
+    with monkeypatch.context() as patch:  # --overwrite, and the new run dies in its first step
+        patch.setattr(
+            cli,
+            "training_step",
+            lambda *a, **k: (_ for _ in ()).throw(RuntimeError("out of memory")),
+        )
         with pytest.raises(RuntimeError, match="out of memory"):
             train_command(command(out, "--overwrite", steps=2) + ["--data", str(other)])
-    assert folder_bytes(out) == before                  # the old run can still be sampled and resumed
+    assert folder_bytes(out) == before  # the old run can still be sampled and resumed
     train_command(command(out, "--overwrite", steps=2) + ["--data", str(other)])
     assert json.loads((out / "vocab.json").read_text()) == sorted(set(other.read_text()))
 
@@ -191,7 +250,12 @@ def test_overwrite_never_leaves_a_model_beside_another_vocabulary(tmp_path, monk
     out, other = tmp_path / "run", tmp_path / "other.txt"
     other.write_text("another corpus, another vocabulary. " * 40)
     train_command(command(out, steps=2))
-    for n in (1, 2, 3, 4):     # a kill after state.pt, vocab.json, model.safetensors, config.json of the new run
+    for n in (
+        1,
+        2,
+        3,
+        4,
+    ):  # a kill after state.pt, vocab.json, model.safetensors, config.json of the new run
         with monkeypatch.context() as patch:
             crash_after_renames(patch, n)
             with pytest.raises(Crash):
@@ -201,7 +265,9 @@ def test_overwrite_never_leaves_a_model_beside_another_vocabulary(tmp_path, monk
             assert from_pretrained(out).config.n_token == len(vocab)
             generate_command(["--checkpoint", str(out), "--tokens", "2", "--prompt", vocab[0]])
         else:
-            with pytest.raises(FileNotFoundError, match=f"{out} holds no model.safetensors: the run has not saved"):
+            with pytest.raises(
+                FileNotFoundError, match=f"{out} holds no model.safetensors: the run has not saved"
+            ):
                 generate_command(["--checkpoint", str(out), "--tokens", "2", "--prompt", vocab[0]])
 
 
@@ -213,7 +279,9 @@ def test_a_run_of_an_earlier_version_loses_its_model_pt_at_the_first_save(tmp_pa
     save_checkpoint(out / "model.pt", from_pretrained(out), step=3)
     for name in ("model.safetensors", "config.json"):
         (out / name).unlink()
-    with pytest.raises(FileExistsError, match=r"holds a run \(state.pt, vocab.json, log.json, model.pt\)"):
+    with pytest.raises(
+        FileExistsError, match=r"holds a run \(state.pt, vocab.json, log.json, model.pt\)"
+    ):
         train_command(command(out))
     train_command(command(out, "--resume"))
     assert not (out / "model.pt").exists() and same(model_weights(out), reference[0])
@@ -226,11 +294,16 @@ def test_a_run_that_fails_before_its_first_checkpoint_leaves_no_folder(tmp_path)
     assert not (tmp_path / "a").exists()
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--set", "n_layer=2"], "set .*n_layer=2"), (["--preset", "enwik8_base"], "preset 'enwik8_base'"),
-    (["--batch-size", "3"], "--batch-size 3 \\(the run has 4\\)"), (["--steps", "3"], "steps 3 \\(the run has 6\\)"),
-    (["--stop-after", "2"], "already at step 4"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--set", "n_layer=2"], "set .*n_layer=2"),
+        (["--preset", "enwik8_base"], "preset 'enwik8_base'"),
+        (["--batch-size", "3"], "--batch-size 3 \\(the run has 4\\)"),
+        (["--steps", "3"], "steps 3 \\(the run has 6\\)"),
+        (["--stop-after", "2"], "already at step 4"),
+    ],
+)
 def test_resume_with_arguments_that_cannot_continue_the_run_is_refused(tmp_path, extra, message):
     out = tmp_path / "run"
     train_command(command(out, "--stop-after", "4"))
@@ -256,7 +329,9 @@ def test_resume_with_a_changed_rate_warns_and_continues_as_started(tmp_path, ref
     assert same(model_weights(out), reference[0]) and log["loss"] == reference[1]
 
 
-@pytest.mark.parametrize("damage", [lambda b: b"", lambda b: b[: len(b) // 2], lambda b: b"not a torch file"])
+@pytest.mark.parametrize(
+    "damage", [lambda b: b"", lambda b: b[: len(b) // 2], lambda b: b"not a torch file"]
+)
 def test_a_damaged_state_is_named_and_the_copies_do_not_matter(tmp_path, reference, damage):
     out = tmp_path / "run"
     train_command(command(out, "--stop-after", "3"))
@@ -265,7 +340,11 @@ def test_a_damaged_state_is_named_and_the_copies_do_not_matter(tmp_path, referen
     with pytest.raises(ValueError, match=f"{out / 'state.pt'} cannot be read"):
         train_command(command(out, "--resume"))
     (out / "state.pt").write_bytes(state)
-    for name in ("model.safetensors", "config.json", "log.json"):   # copies for people: resume reads state.pt
+    for name in (
+        "model.safetensors",
+        "config.json",
+        "log.json",
+    ):  # copies for people: resume reads state.pt
         (out / name).write_bytes(damage((out / name).read_bytes()))
     train_command(command(out, "--resume"))
     assert same(model_weights(out), reference[0])
@@ -280,7 +359,9 @@ def test_a_damaged_model_or_vocabulary_is_named_by_the_generate_command(tmp_path
         generate_command(["--checkpoint", str(out)])
     (out / "vocab.json").write_text(vocab)
     (out / "model.safetensors").write_bytes((out / "model.safetensors").read_bytes()[:100])
-    with pytest.raises(ValueError, match=f"{out / 'model.safetensors'} is not a readable safetensors file"):
+    with pytest.raises(
+        ValueError, match=f"{out / 'model.safetensors'} is not a readable safetensors file"
+    ):
         generate_command(["--checkpoint", str(out)])
 
 
@@ -288,9 +369,13 @@ def test_generate_reads_a_run_folder_and_names_a_state_file(tmp_path):
     out = tmp_path / "run"
     train_command(command(out, steps=2))
     from_folder = generate_command(["--checkpoint", str(out), "--prompt", "def ", "--tokens", "12"])
-    (out / "config.json").unlink()                      # as a save cut between the two files leaves it
-    assert from_folder == generate_command(["--checkpoint", str(out), "--prompt", "def ", "--tokens", "12"])
-    with pytest.raises(ValueError, match="state.pt \\(what --resume reads\\), not a model to sample: pass the run"):
+    (out / "config.json").unlink()  # as a save cut between the two files leaves it
+    assert from_folder == generate_command(
+        ["--checkpoint", str(out), "--prompt", "def ", "--tokens", "12"]
+    )
+    with pytest.raises(
+        ValueError, match="state.pt \\(what --resume reads\\), not a model to sample: pass the run"
+    ):
         generate_command(["--checkpoint", str(out / "state.pt")])
 
 
@@ -299,14 +384,22 @@ def test_the_command_refuses_the_clips_the_library_refuses(tmp_path, clip):
     with pytest.raises(ValueError, match="clip must be a finite number > 0"):
         train_command(command(tmp_path / "run", "--clip", clip))
     with pytest.raises(ValueError, match="clip must be a finite number > 0"):
-        train(TransformerXL(TXLConfig.tiny(10)), stream_documents(torch.zeros(2, 40, dtype=torch.long)), 1, 8,
-              clip=float(clip))
+        train(
+            TransformerXL(TXLConfig.tiny(10)),
+            stream_documents(torch.zeros(2, 40, dtype=torch.long)),
+            1,
+            8,
+            clip=float(clip),
+        )
     assert not (tmp_path / "run").exists()
 
 
 def test_an_exploding_run_stops_and_keeps_its_last_good_checkpoint(tmp_path):
     out = tmp_path / "run"
-    with pytest.raises(FloatingPointError, match=r"loss became (nan|inf) at step \d+: training stops .* keeps the checkpoint of step \d+"):
+    with pytest.raises(
+        FloatingPointError,
+        match=r"loss became (nan|inf) at step \d+: training stops .* keeps the checkpoint of step \d+",
+    ):
         train_command(command(out, "--lr", "1e6", "--warmup", "0", "--save-every", "1", steps=30))
     state = torch.load(out / "state.pt", weights_only=True)
     assert all(torch.isfinite(w).all() for w in state["model"].values())
@@ -317,12 +410,16 @@ def test_an_exploding_run_stops_and_keeps_its_last_good_checkpoint(tmp_path):
 def test_a_gradient_that_is_not_finite_is_refused_before_the_step():
     class InfiniteGradient(torch.nn.Module):
         "A finite loss whose gradient is not finite."
+
         def __init__(self):
-            super().__init__(); self.w = torch.nn.Parameter(torch.ones(()))
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(()))
             self.w.register_hook(lambda g: g * float("inf"))
+
         def forward(self, x, mems=None, targets=None):
             logits = self.w * torch.randn(*x.shape, 5, generator=torch.Generator().manual_seed(0))
             return LMOutput(logits, None if targets is None else token_loss(logits, targets), None)
+
     model = InfiniteGradient()
     with pytest.raises(FloatingPointError, match="gradient norm became .* at step 1"):
         train(model, stream_documents(torch.zeros(2, 20, dtype=torch.long)), 2, 8)
@@ -339,11 +436,16 @@ def test_the_model_call_takes_int32_ids_and_targets():
     torch.manual_seed(0)
     model = TransformerXL(TXLConfig.tiny(12)).eval()
     ids = torch.randint(12, (2, 9))
-    a, b = model(ids[:, :-1], targets=ids[:, 1:]), model(ids[:, :-1].int(), targets=ids[:, 1:].int())
+    a, b = (
+        model(ids[:, :-1], targets=ids[:, 1:]),
+        model(ids[:, :-1].int(), targets=ids[:, 1:].int()),
+    )
     assert torch.equal(a.loss, b.loss) and torch.equal(a.logits, b.logits)
 
 
-@pytest.mark.parametrize("content", [b"\x89PNG\r\n\x1a\n" + bytes(200), "caf\u00e9".encode("latin-1") * 50])
+@pytest.mark.parametrize(
+    "content", [b"\x89PNG\r\n\x1a\n" + bytes(200), "caf\u00e9".encode("latin-1") * 50]
+)
 def test_a_binary_file_is_named_before_anything_is_written(tmp_path, content):
     data = tmp_path / "data.bin"
     data.write_bytes(content)
@@ -358,15 +460,22 @@ def test_a_git_checkout_is_read_without_its_git_folder(tmp_path):
     (checkout / ".git" / "objects" / "pack").write_bytes(bytes(range(256)) * 4)
     (checkout / "README.md").write_text("a small text to learn from. " * 100)
     corpus = load_splits(str(checkout))
-    assert "".join(corpus.vocab.decode(p) for p in (corpus.train, corpus.valid, corpus.test)) == \
-        (checkout / "README.md").read_text()
+    assert (
+        "".join(corpus.vocab.decode(p) for p in (corpus.train, corpus.valid, corpus.test))
+        == (checkout / "README.md").read_text()
+    )
 
 
 @pytest.mark.parametrize("size", [1, 500])
 def test_a_text_too_short_says_how_much_is_needed_and_writes_nothing(tmp_path, size):
-    data, default = tmp_path / "short.txt", ["--steps", "1", "--quiet", "--eval-split", "test"]   # preset tiny, batch 16
+    data, default = (
+        tmp_path / "short.txt",
+        ["--steps", "1", "--quiet", "--eval-split", "test"],
+    )  # preset tiny, batch 16
     data.write_text("ab" * (size // 2) + "a" * (size % 2))
-    with pytest.raises(ValueError, match=f"--data {data}: too little text, {size} symbols") as error:
+    with pytest.raises(
+        ValueError, match=f"--data {data}: too little text, {size} symbols"
+    ) as error:
         train_command(default + ["--data", str(data), "--out", str(tmp_path / "run")])
     assert not (tmp_path / "run").exists()
     least = int(str(error.value).split("at least ")[1].split(" characters")[0].replace(",", ""))

@@ -1,17 +1,27 @@
 "Issue 17, chapter 06: checkpoints that lie, a full disk, generate on hostile models and arguments, the variants' cache."
+
 import errno, math
 
 import pytest
 import torch
 
 import txl_lib.model as model_module
-from txl_lib.model import TXLConfig, TransformerXL, generate, load_checkpoint, save_checkpoint, weights_sha256
+from txl_lib.model import (
+    TXLConfig,
+    TransformerXL,
+    generate,
+    load_checkpoint,
+    save_checkpoint,
+    weights_sha256,
+)
 from txl_lib.variants import VariantConfig
 from txl_lib.pretrained import build_model
 from txl_lib.cache import InferenceCache
 from txl_lib.checks import MIN_TEMPERATURE
 
-CONFIG = dict(n_token=20, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=4, mem_len=4)
+CONFIG = dict(
+    n_token=20, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=4, mem_len=4
+)
 
 
 @pytest.fixture
@@ -32,12 +42,12 @@ def resave(path, change):
 def test_flipped_byte_inside_a_tensor_is_refused(saved):
     model, path = saved
     data = bytearray(path.read_bytes())
-    raw = model.u.detach().numpy().tobytes()                                  # find u's bytes in the zip (stored raw)
+    raw = model.u.detach().numpy().tobytes()  # find u's bytes in the zip (stored raw)
     at = bytes(data).find(raw)
     assert at > 0
-    data[at + 5] ^= 0x01                                                      # one bit of one float of u
+    data[at + 5] ^= 0x01  # one bit of one float of u
     path.write_bytes(bytes(data))
-    payload = torch.load(path, weights_only=True)                             # torch itself reads it without a word
+    payload = torch.load(path, weights_only=True)  # torch itself reads it without a word
     assert not torch.equal(payload["model"]["u"], model.u.detach())
     with pytest.raises(ValueError, match="model.pt is corrupt: its weights' sha256 differs"):
         load_checkpoint(path)
@@ -45,13 +55,16 @@ def test_flipped_byte_inside_a_tensor_is_refused(saved):
 
 def test_checksum_is_sha256_of_names_dtypes_shapes_and_bytes(saved):
     import hashlib
+
     model, path = saved
     state = model.state_dict()
-    digest = hashlib.sha256()                                                 # independent: via numpy, by hand
+    digest = hashlib.sha256()  # independent: via numpy, by hand
     for name in sorted(state):
         t = state[name]
         digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode() + t.numpy().tobytes())
-    assert torch.load(path, weights_only=True)["sha256"] == digest.hexdigest() == weights_sha256(state)
+    assert (
+        torch.load(path, weights_only=True)["sha256"] == digest.hexdigest() == weights_sha256(state)
+    )
 
 
 def test_checkpoint_without_checksum_loads_with_a_warning(saved):
@@ -59,15 +72,21 @@ def test_checkpoint_without_checksum_loads_with_a_warning(saved):
     old = resave(path, lambda p: p.pop("sha256"))
     with pytest.warns(UserWarning, match="no weights checksum"):
         loaded, step = load_checkpoint(old)
-    assert step == 3 and all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values()))
+    assert step == 3 and all(
+        torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values())
+    )
 
 
 def test_tied_head_that_differs_is_refused(saved):
     _, path = saved
+
     def untie(p):
         p["model"]["head.weight"] = p["model"]["head.weight"] + 1.0
-        p["sha256"] = weights_sha256(p["model"])                              # a consistent file, only the tie broken
-    with pytest.raises(ValueError, match="head.weight is tied to word_emb.weight .* stored values differ"):
+        p["sha256"] = weights_sha256(p["model"])  # a consistent file, only the tie broken
+
+    with pytest.raises(
+        ValueError, match="head.weight is tied to word_emb.weight .* stored values differ"
+    ):
         load_checkpoint(resave(path, untie))
 
 
@@ -75,14 +94,18 @@ def test_implausible_config_is_refused_before_allocating(saved, monkeypatch):
     _, path = saved
     allocated = []
     real_build = TransformerXL
+
     def counting_build(config):
         model = real_build(config)
         allocated.append(next(model.parameters()).device.type)
         return model
-    huge = resave(path, lambda p: p["config"].update(d_model=100_000, d_head=50_000))   # 400 GB of weights if built
+
+    huge = resave(
+        path, lambda p: p["config"].update(d_model=100_000, d_head=50_000)
+    )  # 400 GB of weights if built
     with pytest.raises(ValueError, match="changed.pt: the weights do not fit the stored config"):
         load_checkpoint(huge, build=counting_build)
-    assert allocated == ["meta"]                                              # only the shape-only skeleton was built
+    assert allocated == ["meta"]  # only the shape-only skeleton was built
 
 
 def test_invalid_stored_config_names_the_file(saved):
@@ -91,18 +114,30 @@ def test_invalid_stored_config_names_the_file(saved):
         load_checkpoint(resave(path, lambda p: p["config"].update(init_std=float("nan"))))
 
 
-@pytest.mark.parametrize("failure", [OSError(errno.ENOSPC, "No space left on device"),
-                                     RuntimeError("[enforce fail at inline_container.cc:672] unexpected pos 64 vs 0")])
+@pytest.mark.parametrize(
+    "failure",
+    [
+        OSError(errno.ENOSPC, "No space left on device"),
+        RuntimeError("[enforce fail at inline_container.cc:672] unexpected pos 64 vs 0"),
+    ],
+)
 def test_disk_full_keeps_the_old_file_and_says_so(saved, monkeypatch, failure):
     model, path = saved
     before = path.read_bytes()
+
     def full_disk(obj, f):
         f.write(b"partial")
         raise failure
+
     monkeypatch.setattr(model_module.torch, "save", full_disk)
-    with pytest.raises(OSError, match=r"the disk is full: could not write .*model.pt; the previous .*model.pt is kept"):
+    with pytest.raises(
+        OSError,
+        match=r"the disk is full: could not write .*model.pt; the previous .*model.pt is kept",
+    ):
         save_checkpoint(path, model, step=4)
-    assert path.read_bytes() == before and sorted(p.name for p in path.parent.iterdir()) == ["model.pt"]
+    assert path.read_bytes() == before and sorted(p.name for p in path.parent.iterdir()) == [
+        "model.pt"
+    ]
     with pytest.raises(OSError, match="nothing was written at .*new.pt"):
         save_checkpoint(path.with_name("new.pt"), model)
     assert sorted(p.name for p in path.parent.iterdir()) == ["model.pt"]
@@ -119,7 +154,9 @@ def test_generate_with_a_nan_weight_is_a_clear_error(saved):
 @pytest.mark.parametrize("temperature", [1e-300, 1e-5, math.inf, math.nan, -1.0])
 def test_temperature_out_of_range_is_refused(saved, temperature):
     model, _ = saved
-    with pytest.raises(ValueError, match="temperature must be 0 .greedy. or a finite number >= 0.0001"):
+    with pytest.raises(
+        ValueError, match="temperature must be 0 .greedy. or a finite number >= 0.0001"
+    ):
         generate(model, torch.zeros(1, 2, dtype=torch.long), 3, temperature=temperature)
 
 
@@ -127,7 +164,9 @@ def test_smallest_temperature_samples_the_greedy_tokens(saved):
     model, _ = saved
     prompt = torch.randint(20, (3, 4), generator=torch.Generator().manual_seed(1))
     greedy = generate(model, prompt, 6, temperature=0)
-    cold = generate(model, prompt, 6, temperature=MIN_TEMPERATURE, generator=torch.Generator().manual_seed(0))
+    cold = generate(
+        model, prompt, 6, temperature=MIN_TEMPERATURE, generator=torch.Generator().manual_seed(0)
+    )
     assert torch.equal(greedy, cold)
 
 
@@ -176,7 +215,7 @@ def test_generate_on_a_variant_matches_greedy_recomputation(attn_type):
     torch.manual_seed(0)
     model = build_model(VariantConfig(**CONFIG, attn_type=attn_type)).eval()
     prompt = torch.randint(20, (2, 3))
-    tokens, out = prompt, None                                    # independent: the same memory loop, written here
+    tokens, out = prompt, None  # independent: the same memory loop, written here
     with torch.no_grad():
         out = model(prompt)
         for _ in range(5):
@@ -191,7 +230,11 @@ def test_variant_checkpoint_round_trip(tmp_path, attn_type):
     torch.manual_seed(0)
     model = build_model(VariantConfig(**CONFIG, attn_type=attn_type))
     path = save_checkpoint(tmp_path / "v.pt", model, step=5)
-    loaded, step = load_checkpoint(path, build=build_model, read_config=lambda stored: VariantConfig(**stored))
+    loaded, step = load_checkpoint(
+        path, build=build_model, read_config=lambda stored: VariantConfig(**stored)
+    )
     assert step == 5 and type(loaded) is type(model)
     assert model.state_dict().keys() == loaded.state_dict().keys()
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values()))
+    assert all(
+        torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values())
+    )

@@ -1,4 +1,5 @@
 """Issue 17, the training loop: inputs that used to give a wrong number without a word, hang, or crash deep in torch."""
+
 import itertools
 
 import pytest
@@ -13,7 +14,11 @@ V = 12
 
 def small_model(seed=0):
     torch.manual_seed(seed)
-    return TransformerXL(TXLConfig(n_token=V, n_layer=1, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=8, mem_len=8))
+    return TransformerXL(
+        TXLConfig(
+            n_token=V, n_layer=1, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=8, mem_len=8
+        )
+    )
 
 
 def streams(seed=0, length=200):
@@ -23,7 +28,9 @@ def streams(seed=0, length=200):
 def test_evaluate_refuses_targets_of_another_shape_than_the_inputs():
     s = streams()
     with pytest.raises(ValueError, match="one shape"):
-        evaluate(small_model(), s[:, :-1][:, :40], s[:, 1:], tgt_len=8)        # targets longer than inputs
+        evaluate(
+            small_model(), s[:, :-1][:, :40], s[:, 1:], tgt_len=8
+        )  # targets longer than inputs
     with pytest.raises(ValueError, match="one shape"):
         evaluate(small_model(), s[:, :-1], s[:1, 1:], tgt_len=8)
 
@@ -49,7 +56,7 @@ def test_a_non_finite_loss_stops_training_before_it_reaches_the_weights():
         train(small_model(), stream_documents(streams()), steps=50, tgt_len=8, lr=1e6, warmup=0)
     model = small_model()
     with torch.no_grad():
-        model.u.fill_(float("nan"))                                  # every loss is nan from the first step
+        model.u.fill_(float("nan"))  # every loss is nan from the first step
     kept = {k: v.clone() for k, v in model.state_dict().items()}
     with pytest.raises(FloatingPointError, match="step 1"):
         train(model, stream_documents(streams()), steps=2, tgt_len=8)

@@ -1,4 +1,5 @@
 """Chapters 02-05 against brute force: update_memory, relative_positions, rel_shift, the masks, the attention layer."""
+
 import math
 
 import pytest
@@ -10,7 +11,9 @@ from txl_lib.memory import update_memory
 from txl_lib.positions import relative_positions
 from txl_lib.vanilla import VanillaTransformerLM
 
-shapes = st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 6), st.integers(0, 9))  # B, H, T, M
+shapes = st.tuples(
+    st.integers(1, 3), st.integers(1, 3), st.integers(1, 6), st.integers(0, 9)
+)  # B, H, T, M
 
 
 @settings(max_examples=80, deadline=None)
@@ -51,13 +54,17 @@ def test_update_memory_keeps_the_last_positions_detached(B, segment_lengths, mem
     stream = torch.randn(B, sum(segment_lengths), 4, requires_grad=True)
     memory, start = None, 0
     for T in segment_lengths:
-        hidden = [stream[:, start:start + T] * 1.0, stream[:, start:start + T] * 2.0]
+        hidden = [stream[:, start : start + T] * 1.0, stream[:, start : start + T] * 2.0]
         start += T
         memory = update_memory(memory, hidden, mem_len)
         kept = min(mem_len, start)
         assert all(m.shape == (B, kept, 4) and not m.requires_grad for m in memory)
-        torch.testing.assert_close(memory[0], stream[:, start - kept:start].detach(), rtol=0, atol=0)
-        torch.testing.assert_close(memory[1], 2 * stream[:, start - kept:start].detach(), rtol=0, atol=0)
+        torch.testing.assert_close(
+            memory[0], stream[:, start - kept : start].detach(), rtol=0, atol=0
+        )
+        torch.testing.assert_close(
+            memory[1], 2 * stream[:, start - kept : start].detach(), rtol=0, atol=0
+        )
 
 
 @pytest.mark.parametrize("memory_at", [-5, 0, 3])
@@ -83,11 +90,14 @@ def originals_same_length_mask(T, M, mem_len):
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 8), st.integers(0, 12), st.integers(0, 24))
 def test_same_length_mask_equals_the_originals(T, M, mem_len):
-    ours, original = attention_mask(T, M, same_length=True, mem_len=mem_len), originals_same_length_mask(T, M, mem_len)
+    ours, original = (
+        attention_mask(T, M, same_length=True, mem_len=mem_len),
+        originals_same_length_mask(T, M, mem_len),
+    )
     if mem_len > 0:
         assert torch.equal(ours, original)
-    else:   # the original hides every key, the query itself included (a NaN softmax); we keep the query visible
-        query_itself = torch.ones(T, M + T).triu(M).tril(M) > 0                   # key j = M + i
+    else:  # the original hides every key, the query itself included (a NaN softmax); we keep the query visible
+        query_itself = torch.ones(T, M + T).triu(M).tril(M) > 0  # key j = M + i
         assert original.all() and torch.equal(ours, original & ~query_itself)
     assert ((~ours).sum(1) == torch.arange(M + 1, M + T + 1).clamp(max=max(mem_len, 1))).all()
 
@@ -98,7 +108,9 @@ def reference_attention(layer, x, mem, u, v, same_length, mem_len):
     M, H, D = mem.size(1), layer.n_head, layer.d_head
     h = torch.cat([mem, x], 1)
     if layer.pre_lnorm:
-        h = torch.nn.functional.layer_norm(h, (E,), layer.norm.weight, layer.norm.bias, layer.norm.eps)
+        h = torch.nn.functional.layer_norm(
+            h, (E,), layer.norm.weight, layer.norm.bias, layer.norm.eps
+        )
     Wq, Wk, Wv = layer.qkv.weight.split(H * D)
     out = torch.zeros(B, T, H * D, dtype=torch.float64)
     for b in range(B):
@@ -111,18 +123,27 @@ def reference_attention(layer, x, mem, u, v, same_length, mem_len):
                     if j > M + i or (same_length and j <= M + i - max(mem_len, 1)):
                         continue
                     dist = M + i - j
-                    Rd = torch.tensor([f(dist * 10000 ** (-2 * k / E)) for f in (math.sin, math.cos)
-                                       for k in range(E // 2)], dtype=torch.float64)
+                    Rd = torch.tensor(
+                        [
+                            f(dist * 10000 ** (-2 * k / E))
+                            for f in (math.sin, math.cos)
+                            for k in range(E // 2)
+                        ],
+                        dtype=torch.float64,
+                    )
                     k_j = Wk[rows].double() @ h[b, j].double()
                     r_d = layer.w_r.weight[rows].double() @ Rd
-                    logits.append(((q + u[n].double()) @ k_j + (q + v[n].double()) @ r_d) / math.sqrt(D))
+                    logits.append(
+                        ((q + u[n].double()) @ k_j + (q + v[n].double()) @ r_d) / math.sqrt(D)
+                    )
                     values.append(Wv[rows].double() @ h[b, j].double())
                 p = torch.softmax(torch.stack(logits), 0)
                 out[b, i, rows] = sum(pj * vj for pj, vj in zip(p, values))
     y = x.double() + out @ layer.out.weight.double().T
     if not layer.pre_lnorm:
-        y = torch.nn.functional.layer_norm(y, (E,), layer.norm.weight.double(), layer.norm.bias.double(),
-                                           layer.norm.eps)
+        y = torch.nn.functional.layer_norm(
+            y, (E,), layer.norm.weight.double(), layer.norm.bias.double(), layer.norm.eps
+        )
     return y
 
 
@@ -144,6 +165,8 @@ def test_attention_layer_equals_the_slow_reference(shape, D, pre_lnorm, same_len
 
 
 def test_read_shifted_refuses_scores_without_the_zero_column():
-    expected = r"read_shifted expects \(\.\.\., T, K\+1\) scores with K >= T >= 1, got shape \(2, 4, 4\)"
+    expected = (
+        r"read_shifted expects \(\.\.\., T, K\+1\) scores with K >= T >= 1, got shape \(2, 4, 4\)"
+    )
     with pytest.raises(ValueError, match=expected):
         read_shifted(torch.zeros(2, 4, 4))

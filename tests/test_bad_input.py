@@ -1,4 +1,5 @@
 """Bad input at every public entry point: one clear error, and no state changed (model, memories, files)."""
+
 from types import SimpleNamespace
 
 import pytest
@@ -48,15 +49,28 @@ def stale_cache_call(e):
     with torch.inference_mode():
         first = e.model(e.ids, cache=cache)
         e.model(e.ids, mems=first.mems, cache=cache)
-        e.model(e.ids, mems=first.mems, cache=cache)          # first.mems is no longer the cache's memory
+        e.model(e.ids, mems=first.mems, cache=cache)  # first.mems is no longer the cache's memory
 
 
 def original_state():
     "A state dict with the original code's names (through the HuggingFace port, as chapter 06a)."
     from transformers import TransfoXLConfig, TransfoXLLMHeadModel
+
     torch.manual_seed(0)
-    port = TransfoXLLMHeadModel(TransfoXLConfig(vocab_size=20, cutoffs=[], div_val=1, d_model=16, d_embed=16,
-                                                n_head=2, d_head=8, d_inner=32, n_layer=2, untie_r=False))
+    port = TransfoXLLMHeadModel(
+        TransfoXLConfig(
+            vocab_size=20,
+            cutoffs=[],
+            div_val=1,
+            d_model=16,
+            d_embed=16,
+            n_head=2,
+            d_head=8,
+            d_inner=32,
+            n_layer=2,
+            untie_r=False,
+        )
+    )
     return {k.removeprefix("transformer."): v for k, v in port.state_dict().items()}
 
 
@@ -70,27 +84,81 @@ CASES = [
     ("float ids", lambda e: e.model(e.ids.float()), TypeError, "integer token ids"),
     ("int16 ids", lambda e: e.model(e.ids.short()), TypeError, "torch.long or torch.int"),
     ("ids not a tensor", lambda e: e.model(e.ids.tolist()), TypeError, "torch.Tensor of token ids"),
-    ("id = n_token", lambda e: e.model(torch.full((2, 3), 20)), ValueError, "outside the vocabulary [0, 20)"),
-    ("negative id", lambda e: e.model(torch.full((2, 3), -1)), ValueError, "outside the vocabulary"),
+    (
+        "id = n_token",
+        lambda e: e.model(torch.full((2, 3), 20)),
+        ValueError,
+        "outside the vocabulary [0, 20)",
+    ),
+    (
+        "negative id",
+        lambda e: e.model(torch.full((2, 3), -1)),
+        ValueError,
+        "outside the vocabulary",
+    ),
     ("1-D ids", lambda e: e.model(e.ids[0]), ValueError, "non-empty (B, T)"),
     ("3-D ids", lambda e: e.model(e.ids[None]), ValueError, "non-empty (B, T)"),
     ("empty segment", lambda e: e.model(e.ids[:, :0]), ValueError, "non-empty (B, T)"),
     # TransformerXL.forward: memories
     ("mems of 1 layer", lambda e: e.model(e.ids, mems=e.mems[:1]), ValueError, "list of 2 tensors"),
     ("mems a tensor", lambda e: e.model(e.ids, mems=e.mems[0]), ValueError, "list of 2 tensors"),
-    ("mems wrong batch", lambda e: e.model(e.ids[:1], mems=e.mems), ValueError, "expected (1, M, 16)"),
-    ("mems wrong width", lambda e: e.model(e.ids, mems=[m[..., :8] for m in e.mems]), ValueError, "d_model 16"),
-    ("mems float64", lambda e: e.model(e.ids, mems=[m.double() for m in e.mems]), ValueError, "torch.float64"),
-    ("mems uneven M", lambda e: e.model(e.ids, mems=[e.mems[0], e.mems[1][:, 1:]]), ValueError, "same M"),
-    ("mems longer than mem_len", lambda e: e.model(e.ids, mems=[grow(m, 2) for m in e.mems]), ValueError,
-     "another config"),
-    ("mems element not a tensor", lambda e: e.model(e.ids, mems=[e.mems[0], None]), TypeError, "mems[1]"),
+    (
+        "mems wrong batch",
+        lambda e: e.model(e.ids[:1], mems=e.mems),
+        ValueError,
+        "expected (1, M, 16)",
+    ),
+    (
+        "mems wrong width",
+        lambda e: e.model(e.ids, mems=[m[..., :8] for m in e.mems]),
+        ValueError,
+        "d_model 16",
+    ),
+    (
+        "mems float64",
+        lambda e: e.model(e.ids, mems=[m.double() for m in e.mems]),
+        ValueError,
+        "torch.float64",
+    ),
+    (
+        "mems uneven M",
+        lambda e: e.model(e.ids, mems=[e.mems[0], e.mems[1][:, 1:]]),
+        ValueError,
+        "same M",
+    ),
+    (
+        "mems longer than mem_len",
+        lambda e: e.model(e.ids, mems=[grow(m, 2) for m in e.mems]),
+        ValueError,
+        "another config",
+    ),
+    (
+        "mems element not a tensor",
+        lambda e: e.model(e.ids, mems=[e.mems[0], None]),
+        TypeError,
+        "mems[1]",
+    ),
     # TransformerXL.forward: targets
-    ("targets wrong shape", lambda e: e.model(e.ids, targets=e.ids[:, 1:]), ValueError, "targets have shape"),
+    (
+        "targets wrong shape",
+        lambda e: e.model(e.ids, targets=e.ids[:, 1:]),
+        ValueError,
+        "targets have shape",
+    ),
     ("targets out of range", lambda e: e.model(e.ids, targets=e.ids + 20), ValueError, "IGNORE"),
-    ("targets float", lambda e: e.model(e.ids, targets=e.ids.float()), TypeError, "targets must hold integer"),
+    (
+        "targets float",
+        lambda e: e.model(e.ids, targets=e.ids.float()),
+        TypeError,
+        "targets must hold integer",
+    ),
     # the inference cache
-    ("cache with gradients on", lambda e: e.model(e.ids, cache=InferenceCache(2)), RuntimeError, "frozen weights"),
+    (
+        "cache with gradients on",
+        lambda e: e.model(e.ids, cache=InferenceCache(2)),
+        RuntimeError,
+        "frozen weights",
+    ),
     ("cache with a stale memory", stale_cache_call, ValueError, "previous call"),
     # TXLConfig
     ("negative mem_len", lambda e: config(mem_len=-1), ValueError, "mem_len must be an int >= 0"),
@@ -103,67 +171,193 @@ CASES = [
     ("no heads", lambda e: config(n_head=0), ValueError, "n_head"),
     ("string flag", lambda e: config(same_length="yes"), TypeError, "same_length must be a bool"),
     # generate
-    ("negative temperature", lambda e: generate(e.model, e.ids, 3, temperature=-1), ValueError, "temperature"),
+    (
+        "negative temperature",
+        lambda e: generate(e.model, e.ids, 3, temperature=-1),
+        ValueError,
+        "temperature",
+    ),
     ("top_k 0", lambda e: generate(e.model, e.ids, 3, top_k=0), ValueError, "top_k"),
-    ("top_k above vocabulary", lambda e: generate(e.model, e.ids, 3, top_k=21), ValueError, "n_token=20"),
-    ("negative max_new_tokens", lambda e: generate(e.model, e.ids, -1), ValueError, "max_new_tokens"),
+    (
+        "top_k above vocabulary",
+        lambda e: generate(e.model, e.ids, 3, top_k=21),
+        ValueError,
+        "n_token=20",
+    ),
+    (
+        "negative max_new_tokens",
+        lambda e: generate(e.model, e.ids, -1),
+        ValueError,
+        "max_new_tokens",
+    ),
     ("float prompt", lambda e: generate(e.model, e.ids.float(), 3), TypeError, "prompt_ids"),
     # building blocks
     ("update_memory mem_len", lambda e: update_memory(e.mems, e.mems, -1), ValueError, "mem_len"),
-    ("update_memory hidden", lambda e: update_memory(None, e.mems[0], 4), ValueError, "list of (B, T, E)"),
-    ("update_memory other width", lambda e: update_memory(e.mems, [m[..., :8] for m in e.mems], 4), ValueError,
-     "matching hidden"),
+    (
+        "update_memory hidden",
+        lambda e: update_memory(None, e.mems[0], 4),
+        ValueError,
+        "list of (B, T, E)",
+    ),
+    (
+        "update_memory other width",
+        lambda e: update_memory(e.mems, [m[..., :8] for m in e.mems], 4),
+        ValueError,
+        "matching hidden",
+    ),
     ("relative_positions klen 0", lambda e: relative_positions(0, 16), ValueError, "klen"),
-    ("relative_positions clamp", lambda e: relative_positions(4, 16, clamp_len=-1), ValueError, "clamp_len"),
-    ("relative_positions odd E", lambda e: relative_positions(4, 15), ValueError, "d_model must be an even"),
+    (
+        "relative_positions clamp",
+        lambda e: relative_positions(4, 16, clamp_len=-1),
+        ValueError,
+        "clamp_len",
+    ),
+    (
+        "relative_positions odd E",
+        lambda e: relative_positions(4, 15),
+        ValueError,
+        "d_model must be an even",
+    ),
     ("rel_shift K < T", lambda e: rel_shift(torch.zeros(2, 5, 3)), ValueError, "K >= T"),
     # data
-    ("missing corpus", lambda e: load_corpus(str(e.tmp / "nope.txt")), FileNotFoundError, "neither 'pydoc'"),
+    (
+        "missing corpus",
+        lambda e: load_corpus(str(e.tmp / "nope.txt")),
+        FileNotFoundError,
+        "neither 'pydoc'",
+    ),
     ("batchify too many rows", lambda e: batchify(torch.arange(5), 6), ValueError, "batch_size"),
-    ("unknown character", lambda e: CharVocab("abc").encode("abd"), ValueError, "not in the vocabulary"),
+    (
+        "unknown character",
+        lambda e: CharVocab("abc").encode("abd"),
+        ValueError,
+        "not in the vocabulary",
+    ),
     ("recall distance", lambda e: recall_task(4, 1), ValueError, "distance"),
     # training and evaluation
-    ("lr 0", lambda e: train(e.model, stream_documents(e.ids), 1, 4, lr=0), ValueError, "lr must be a finite number > 0"),
+    (
+        "lr 0",
+        lambda e: train(e.model, stream_documents(e.ids), 1, 4, lr=0),
+        ValueError,
+        "lr must be a finite number > 0",
+    ),
     ("steps 0", lambda e: train(e.model, stream_documents(e.ids), 0, 4), ValueError, "steps"),
-    ("eval_every alone", lambda e: train(e.model, stream_documents(e.ids), 1, 4, eval_every=2), ValueError,
-     "needs an evaluator"),
+    (
+        "eval_every alone",
+        lambda e: train(e.model, stream_documents(e.ids), 1, 4, eval_every=2),
+        ValueError,
+        "needs an evaluator",
+    ),
     ("evaluate tgt_len 0", lambda e: evaluate(e.model, e.ids, e.ids, 0), ValueError, "tgt_len"),
-    ("memory_length of a vanilla model", lambda e: memory_length(VanillaTransformerLM(20, 1, 2, 16, 32), 3)
-     .__enter__(), TypeError, "no config.mem_len"),
+    (
+        "memory_length of a vanilla model",
+        lambda e: memory_length(VanillaTransformerLM(20, 1, 2, 16, 32), 3).__enter__(),
+        TypeError,
+        "no config.mem_len",
+    ),
     # checkpoints
-    ("missing checkpoint", lambda e: load_checkpoint(e.tmp / "none.pt"), FileNotFoundError, "no checkpoint"),
-    ("truncated checkpoint", lambda e: load_checkpoint(
-        (e.tmp / "cut.pt").write_bytes(e.checkpoint.read_bytes()[:200]) and e.tmp / "cut.pt"), ValueError,
-     "not a readable checkpoint"),
-    ("text file as checkpoint", lambda e: load_checkpoint(
-        (e.tmp / "a.txt").write_text("hello") and e.tmp / "a.txt"), ValueError, "not a readable checkpoint"),
-    ("torch file, not a checkpoint", lambda e: load_checkpoint(
-        torch.save({"weights": 1}, e.tmp / "other.pt") or e.tmp / "other.pt"), ValueError, "not a txl_lib checkpoint"),
-    ("checkpoint of another config", lambda e: load_checkpoint(e.checkpoint, expected=config(mem_len=8)),
-     ValueError, "another config"),
-    ("weights not fitting their config", lambda e: load_checkpoint(
-        resave(e, lambda p: p["config"].update(d_inner=64))), ValueError, "do not fit the stored config"),
-    ("unknown config key", lambda e: load_checkpoint(resave(e, lambda p: p["config"].update(colour=1))),
-     ValueError, "does not know"),
-    ("save with a bad step", lambda e: save_checkpoint(e.checkpoint, e.model, step=-1), ValueError, "step"),
-    ("save into a missing folder", lambda e: save_checkpoint(e.tmp / "no" / "m.pt", e.model), FileNotFoundError,
-     "does not exist"),
-    ("save a non-model", lambda e: save_checkpoint(e.checkpoint, torch.nn.Linear(2, 2)), TypeError, "TransformerXL"),
+    (
+        "missing checkpoint",
+        lambda e: load_checkpoint(e.tmp / "none.pt"),
+        FileNotFoundError,
+        "no checkpoint",
+    ),
+    (
+        "truncated checkpoint",
+        lambda e: load_checkpoint(
+            (e.tmp / "cut.pt").write_bytes(e.checkpoint.read_bytes()[:200]) and e.tmp / "cut.pt"
+        ),
+        ValueError,
+        "not a readable checkpoint",
+    ),
+    (
+        "text file as checkpoint",
+        lambda e: load_checkpoint((e.tmp / "a.txt").write_text("hello") and e.tmp / "a.txt"),
+        ValueError,
+        "not a readable checkpoint",
+    ),
+    (
+        "torch file, not a checkpoint",
+        lambda e: load_checkpoint(
+            torch.save({"weights": 1}, e.tmp / "other.pt") or e.tmp / "other.pt"
+        ),
+        ValueError,
+        "not a txl_lib checkpoint",
+    ),
+    (
+        "checkpoint of another config",
+        lambda e: load_checkpoint(e.checkpoint, expected=config(mem_len=8)),
+        ValueError,
+        "another config",
+    ),
+    (
+        "weights not fitting their config",
+        lambda e: load_checkpoint(resave(e, lambda p: p["config"].update(d_inner=64))),
+        ValueError,
+        "do not fit the stored config",
+    ),
+    (
+        "unknown config key",
+        lambda e: load_checkpoint(resave(e, lambda p: p["config"].update(colour=1))),
+        ValueError,
+        "does not know",
+    ),
+    (
+        "save with a bad step",
+        lambda e: save_checkpoint(e.checkpoint, e.model, step=-1),
+        ValueError,
+        "step",
+    ),
+    (
+        "save into a missing folder",
+        lambda e: save_checkpoint(e.tmp / "no" / "m.pt", e.model),
+        FileNotFoundError,
+        "does not exist",
+    ),
+    (
+        "save a non-model",
+        lambda e: save_checkpoint(e.checkpoint, torch.nn.Linear(2, 2)),
+        TypeError,
+        "TransformerXL",
+    ),
     # converters
-    ("original: unknown key", lambda e: from_original({**original_state(), "layers.0.extra": torch.zeros(1)},
-                                                      config()), ValueError, "does not know"),
-    ("original: wrong config", lambda e: from_original(original_state(), config(d_inner=64)), ValueError,
-     "do not fit the config"),
-    ("original: missing key", lambda e: from_original(
-        {k: v for k, v in original_state().items() if "o_net" not in k}, config()), ValueError, "missing"),
+    (
+        "original: unknown key",
+        lambda e: from_original({**original_state(), "layers.0.extra": torch.zeros(1)}, config()),
+        ValueError,
+        "does not know",
+    ),
+    (
+        "original: wrong config",
+        lambda e: from_original(original_state(), config(d_inner=64)),
+        ValueError,
+        "do not fit the config",
+    ),
+    (
+        "original: missing key",
+        lambda e: from_original(
+            {k: v for k, v in original_state().items() if "o_net" not in k}, config()
+        ),
+        ValueError,
+        "missing",
+    ),
     # the benchmark's check
-    ("benchmark L below T", lambda e: check_same_function(e.model, e.ids, 2, 4), ValueError, "need T < L"),
+    (
+        "benchmark L below T",
+        lambda e: check_same_function(e.model, e.ids, 2, 4),
+        ValueError,
+        "need T < L",
+    ),
 ]
 
 
 def snapshot(e):
-    return ({k: v.clone() for k, v in e.model.state_dict().items()}, [m.clone() for m in e.mems],
-            e.checkpoint.read_bytes(), sorted(p.name for p in e.tmp.iterdir()))
+    return (
+        {k: v.clone() for k, v in e.model.state_dict().items()},
+        [m.clone() for m in e.mems],
+        e.checkpoint.read_bytes(),
+        sorted(p.name for p in e.tmp.iterdir()),
+    )
 
 
 @pytest.mark.parametrize("name, call, error, fragment", CASES, ids=[c[0] for c in CASES])
@@ -175,7 +369,11 @@ def test_bad_input_fails_clearly_and_changes_nothing(env, name, call, error, fra
     assert all(torch.equal(params[k], v) for k, v in env.model.state_dict().items())
     assert all(torch.equal(a, b) for a, b in zip(mems, env.mems))
     assert env.checkpoint.read_bytes() == checkpoint
-    leftovers = {p.name for p in env.tmp.iterdir()} - set(files) - {"cut.pt", "a.txt", "other.pt", "changed.pt"}
+    leftovers = (
+        {p.name for p in env.tmp.iterdir()}
+        - set(files)
+        - {"cut.pt", "a.txt", "other.pt", "changed.pt"}
+    )
     assert not leftovers, f"{name} left files behind: {leftovers}"
 
 
@@ -184,8 +382,14 @@ def test_there_are_at_least_30_cases():
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)
-@given(B=st.integers(1, 3), T=st.integers(1, 6), M=st.integers(0, 6), pre=st.booleans(), same=st.booleans(),
-       mem_len=st.integers(0, 7))
+@given(
+    B=st.integers(1, 3),
+    T=st.integers(1, 6),
+    M=st.integers(0, 6),
+    pre=st.booleans(),
+    same=st.booleans(),
+    mem_len=st.integers(0, 7),
+)
 def test_valid_shapes_give_documented_shapes(B, T, M, pre, same, mem_len):
     torch.manual_seed(0)
     model = TransformerXL(config(pre_lnorm=pre, same_length=same, mem_len=mem_len)).eval()
@@ -199,9 +403,15 @@ def test_valid_shapes_give_documented_shapes(B, T, M, pre, same, mem_len):
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
-@given(shape=st.lists(st.integers(0, 4), min_size=0, max_size=4),
-       dtype=st.sampled_from([torch.int64, torch.int32, torch.int16, torch.uint8, torch.float32, torch.bool]),
-       low=st.integers(-3, 25), n_mems=st.sampled_from([None, 0, 1, 2, 3]), width=st.sampled_from([8, 16]))
+@given(
+    shape=st.lists(st.integers(0, 4), min_size=0, max_size=4),
+    dtype=st.sampled_from(
+        [torch.int64, torch.int32, torch.int16, torch.uint8, torch.float32, torch.bool]
+    ),
+    low=st.integers(-3, 25),
+    n_mems=st.sampled_from([None, 0, 1, 2, 3]),
+    width=st.sampled_from([8, 16]),
+)
 def test_random_inputs_give_a_result_or_a_clean_error(shape, dtype, low, n_mems, width):
     torch.manual_seed(0)
     model = TransformerXL(config()).eval()
@@ -212,6 +422,6 @@ def test_random_inputs_give_a_result_or_a_clean_error(shape, dtype, low, n_mems,
         with torch.no_grad():
             out = model(ids, mems=mems)
     except (ValueError, TypeError) as e:
-        assert len(str(e)) > 20                                    # a sentence, not a bare index
+        assert len(str(e)) > 20  # a sentence, not a bare index
         return
     assert out.logits.shape == (*ids.shape, 20)

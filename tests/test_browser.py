@@ -3,6 +3,7 @@
 Chromium comes from the system (Debian's `chromium`, which `.ci/run` installs); no browser is ever downloaded, and
 the browser is kept off the network: its own background traffic is switched off and every request that is not for
 our pages is aborted."""
+
 import os
 import re
 import secrets
@@ -16,31 +17,55 @@ from pathlib import Path
 
 import pytest
 
-from test_book import built_book, hooks        # one build of the book per session, shared with tests/test_book.py
+from test_book import (
+    built_book,
+    hooks,
+)  # one build of the book per session, shared with tests/test_book.py
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (in .[dev]) for browser tests")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH: `apt-get install chromium` (as root) "
-                                                         "to run the browser tests; .ci/run does it")
-OFFLINE_FLAGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--no-first-run",
-                 "--disable-sync", "--disable-default-apps", "--disable-extensions", "--metrics-recording-only",
-                 "--disable-domain-reliability", "--no-pings"]
+playwright = pytest.importorskip(
+    "playwright.sync_api", reason="pip install playwright (in .[dev]) for browser tests"
+)
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="no chromium on PATH: `apt-get install chromium` (as root) "
+    "to run the browser tests; .ci/run does it",
+)
+OFFLINE_FLAGS = [
+    "--no-sandbox",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--disable-extensions",
+    "--metrics-recording-only",
+    "--disable-domain-reliability",
+    "--no-pings",
+]
 
 
 @pytest.fixture(scope="module")
 def browser_context(tmp_path_factory):
     with playwright.sync_playwright() as p:
         context = p.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("profile")), executable_path=CHROMIUM, headless=True, args=OFFLINE_FLAGS,
-            viewport={"width": 1100, "height": 900})
+            str(tmp_path_factory.mktemp("profile")),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=OFFLINE_FLAGS,
+            viewport={"width": 1100, "height": 900},
+        )
         yield context
         context.close()
 
 
 def local_only(context, allowed: tuple[str, ...]):
     "Abort every request whose URL does not start with one of `allowed`."
-    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(allowed) else route.abort())
+    context.route(
+        "**/*",
+        lambda route: route.continue_() if route.request.url.startswith(allowed) else route.abort(),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -50,15 +75,25 @@ def site():
 
 def first_chapter_with(pattern: str):
     "The first chapter whose notebook source matches `pattern` (a regular expression)."
-    return next(p for p in hooks.chapters(ROOT / "notebooks") if re.search(pattern, p.read_text(encoding="utf-8")))
+    return next(
+        p
+        for p in hooks.chapters(ROOT / "notebooks")
+        if re.search(pattern, p.read_text(encoding="utf-8"))
+    )
 
 
 def open_offline(browser_context, site):
     "A page that may load only the book's own files, and the list of everything else it tried to load."
     blocked, errors = [], []
     base = site.as_uri() + "/"
-    browser_context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base)
-                          else (blocked.append(route.request.url), route.abort()))
+    browser_context.route(
+        "**/*",
+        lambda route: (
+            route.continue_()
+            if route.request.url.startswith(base)
+            else (blocked.append(route.request.url), route.abort())
+        ),
+    )
     page = browser_context.new_page()
     page.on("console", lambda m: errors.append((page.url, m.text)) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append((page.url, str(e))))
@@ -67,23 +102,29 @@ def open_offline(browser_context, site):
 
 def test_the_book_in_chromium_offline_maths_figures_search(browser_context, site):
     page, blocked, errors = open_offline(browser_context, site)
-    page.set_viewport_size({"width": 1300, "height": 900})         # wide enough for the sidebar
+    page.set_viewport_size({"width": 1300, "height": 900})  # wide enough for the sidebar
     (ROOT / "build").mkdir(exist_ok=True)
 
-    maths = first_chapter_with(r"\$\$")                            # an equation rendered by the bundled MathJax
+    maths = first_chapter_with(r"\$\$")  # an equation rendered by the bundled MathJax
     page.goto((site / "chapters" / f"{maths.stem}.html").as_uri())
     page.locator("article mjx-container svg").first.wait_for(state="visible", timeout=30_000)
     display = page.locator("article div.arithmatex")
-    assert display.count() > 0 and page.locator("article div.arithmatex mjx-container").count() == display.count()
+    assert (
+        display.count() > 0
+        and page.locator("article div.arithmatex mjx-container").count() == display.count()
+    )
     assert display.first.bounding_box()["height"] > 10
     prose = page.locator("article").evaluate(
         "el => { const c = el.cloneNode(true); c.querySelectorAll('pre, code, mjx-container').forEach(n => n.remove());"
-        " return c.textContent }")
-    assert not re.search(r"\$\$|\\\[|\\\(", prose), "maths left as LaTeX source"   # all of it typeset
+        " return c.textContent }"
+    )
+    assert not re.search(r"\$\$|\\\[|\\\(", prose), (
+        "maths left as LaTeX source"
+    )  # all of it typeset
     display.first.scroll_into_view_if_needed()
     page.screenshot(path=str(ROOT / "build" / "book_equation.png"))
 
-    figures = first_chapter_with(r'"image/png"')                   # a figure, loaded from its file
+    figures = first_chapter_with(r'"image/png"')  # a figure, loaded from its file
     page.goto((site / "chapters" / f"{figures.stem}.html").as_uri())
     images = page.locator("article img")
     images.first.scroll_into_view_if_needed()
@@ -91,7 +132,7 @@ def test_the_book_in_chromium_offline_maths_figures_search(browser_context, site
     assert widths and min(widths) > 0, f"{figures.stem}: a figure did not load"
     page.screenshot(path=str(ROOT / "build" / "book_figure.png"))
 
-    chapters = hooks.chapters(ROOT / "notebooks")                   # the sidebar and previous / next
+    chapters = hooks.chapters(ROOT / "notebooks")  # the sidebar and previous / next
     page.goto((site / "chapters" / f"{chapters[0].stem}.html").as_uri())
     sidebar = page.locator("nav.md-nav--primary").first.inner_text()
     assert page.locator("nav.md-nav--primary").first.is_visible()
@@ -99,7 +140,7 @@ def test_the_book_in_chromium_offline_maths_figures_search(browser_context, site
     page.locator("a.md-footer__link--next").click()
     assert page.url.endswith(f"chapters/{chapters[1].stem}.html")
 
-    word = "recurrence"                                             # search, from the file system
+    word = "recurrence"  # search, from the file system
     expected = [p.stem for p in chapters if word in hooks.heading(p)[0].lower()]
     page.locator("input.md-search__input").click()
     page.keyboard.type(word)
@@ -123,7 +164,9 @@ def wait_for(url: str, process, log: Path, seconds: float = 60):
     deadline = time.time() + seconds
     while time.time() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"jupyter lab exited with {process.returncode}: {log.read_text()[-2000:]}")
+            raise RuntimeError(
+                f"jupyter lab exited with {process.returncode}: {log.read_text()[-2000:]}"
+            )
         try:
             with urllib.request.urlopen(url, timeout=2):
                 return
@@ -133,15 +176,35 @@ def wait_for(url: str, process, log: Path, seconds: float = 60):
 
 
 def test_jupyterlab_renders_chapter_01(browser_context, tmp_path):
-    shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")       # lab may autosave: never on the sources
+    shutil.copytree(
+        ROOT / "notebooks", tmp_path / "notebooks"
+    )  # lab may autosave: never on the sources
     port, token = free_port(), secrets.token_hex(16)
     base = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "JUPYTER_CONFIG_DIR": str(tmp_path / "config")}
-    server = subprocess.Popen([sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-                               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp_path / 'notebooks'}",
-                               "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-                               "--LabApp.extension_manager=readonly", "--allow-root"],
-                              env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "lab.log", "wb"))
+    env = {
+        **os.environ,
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+    }
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={tmp_path / 'notebooks'}",
+            "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--LabApp.extension_manager=readonly",
+            "--allow-root",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "lab.log", "wb"),
+    )
     try:
         wait_for(f"{base}/api/status?token={token}", server, tmp_path / "lab.log")
         local_only(browser_context, (base,))

@@ -1,6 +1,7 @@
 """The training and generation commands (chapters 11a, 11b): a few steps on pydoc, exact resume, two DDP processes
 on gloo (an uneven split) against one process on the same global batch, the whole test split against one long
 forward pass, the README's commands as written, and bad arguments."""
+
 import json
 import math
 import os
@@ -20,8 +21,24 @@ from txl_lib.data import batchify
 from txl_lib.generate_cli import generate_command, parse_args as generate_args
 from txl_lib.model import save_checkpoint
 
-SMALL = ["--data", "pydoc", "--batch-size", "4", "--set", "n_layer=1", "--set", "d_model=32", "--set", "d_inner=64",
-         "--set", "tgt_len=16", "--set", "mem_len=16", "--eval-tokens", "500"]
+SMALL = [
+    "--data",
+    "pydoc",
+    "--batch-size",
+    "4",
+    "--set",
+    "n_layer=1",
+    "--set",
+    "d_model=32",
+    "--set",
+    "d_inner=64",
+    "--set",
+    "tgt_len=16",
+    "--set",
+    "mem_len=16",
+    "--eval-tokens",
+    "500",
+]
 
 
 def weights(folder):
@@ -30,28 +47,51 @@ def weights(folder):
 
 
 def test_a_few_steps_then_resume_equals_one_uninterrupted_run(tmp_path, capsys):
-    straight = train_command(SMALL + ["--steps", "8", "--eval-every", "4", "--out", str(tmp_path / "a")])
-    train_command(SMALL + ["--steps", "8", "--eval-every", "4", "--out", str(tmp_path / "b"), "--stop-after", "5"])
+    straight = train_command(
+        SMALL + ["--steps", "8", "--eval-every", "4", "--out", str(tmp_path / "a")]
+    )
+    train_command(
+        SMALL
+        + ["--steps", "8", "--eval-every", "4", "--out", str(tmp_path / "b"), "--stop-after", "5"]
+    )
     state = torch.load(tmp_path / "b" / "state.pt", weights_only=True)
-    assert state["step"] == 5 and state["position"] == 5 and state["processes"][0]["mems"] is not None
-    resumed = train_command(SMALL + ["--steps", "8", "--eval-every", "4", "--out", str(tmp_path / "b"), "--resume"])
+    assert (
+        state["step"] == 5 and state["position"] == 5 and state["processes"][0]["mems"] is not None
+    )
+    resumed = train_command(
+        SMALL + ["--steps", "8", "--eval-every", "4", "--out", str(tmp_path / "b"), "--resume"]
+    )
     a, b = weights(tmp_path / "a"), weights(tmp_path / "b")
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert resumed["loss"] == straight["loss"] and resumed["final_bits"] == straight["final_bits"]
     assert [s for s, _ in straight["eval"]] == [4, 8]
     assert "final:" in capsys.readouterr().out
-    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["config.json", "log.json", "model.safetensors",
-                                                                  "state.pt", "vocab.json"]
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == [
+        "config.json",
+        "log.json",
+        "model.safetensors",
+        "state.pt",
+        "vocab.json",
+    ]
     model = from_pretrained(tmp_path / "a")
     assert model.config == run_config(SMALL, tmp_path / "a")
-    assert same(model.state_dict(), torch.load(tmp_path / "a" / "state.pt", weights_only=True)["model"])
-    assert sorted(json.loads((tmp_path / "a" / "log.json").read_text())) == ["eval", "final_bits", "final_split",
-                                                                             "final_symbols", "loss"]
+    assert same(
+        model.state_dict(), torch.load(tmp_path / "a" / "state.pt", weights_only=True)["model"]
+    )
+    assert sorted(json.loads((tmp_path / "a" / "log.json").read_text())) == [
+        "eval",
+        "final_bits",
+        "final_split",
+        "final_symbols",
+        "loss",
+    ]
 
 
 def run_config(argv, folder):
     "The config the command line makes, with the vocabulary size of the run's vocab.json."
-    return build_config("tiny", parse_args(argv).set, len(json.loads((folder / "vocab.json").read_text())))
+    return build_config(
+        "tiny", parse_args(argv).set, len(json.loads((folder / "vocab.json").read_text()))
+    )
 
 
 def same(a: dict, b: dict) -> bool:
@@ -60,17 +100,21 @@ def same(a: dict, b: dict) -> bool:
 
 def test_generate_command_continues_a_prompt(tmp_path):
     train_command(SMALL + ["--steps", "2", "--out", str(tmp_path / "run")])
-    text = generate_command(["--checkpoint", str(tmp_path / "run"), "--prompt", "def ", "--tokens", "9"])
+    text = generate_command(
+        ["--checkpoint", str(tmp_path / "run"), "--prompt", "def ", "--tokens", "9"]
+    )
     assert text.startswith("def ") and len(text) == 13
     (tmp_path / "other.json").write_text(json.dumps(["a", "b"]))
     with pytest.raises(ValueError, match="not the same run"):
-        generate_command(["--checkpoint", str(tmp_path / "run"), "--vocab", str(tmp_path / "other.json")])
+        generate_command(
+            ["--checkpoint", str(tmp_path / "run"), "--vocab", str(tmp_path / "other.json")]
+        )
 
 
 def test_generate_reads_the_model_pt_of_an_earlier_version_s_run(tmp_path):
     run, older = tmp_path / "run", tmp_path / "older"
     train_command(SMALL + ["--steps", "2", "--out", str(run)])
-    older.mkdir()                                      # what the command wrote before config.json + model.safetensors
+    older.mkdir()  # what the command wrote before config.json + model.safetensors
     save_checkpoint(older / "model.pt", from_pretrained(run), step=2)
     (older / "vocab.json").write_text((run / "vocab.json").read_text())
     argv = ["--prompt", "def ", "--tokens", "12"]
@@ -80,34 +124,77 @@ def test_generate_reads_the_model_pt_of_an_earlier_version_s_run(tmp_path):
 
 
 def test_two_gloo_processes_equal_one_process_on_the_same_global_batch(tmp_path):
-    args = SMALL + ["--steps", "6", "--save-every", "3", "--batch-size", "5"]     # 3 + 2 streams: an uneven split
+    args = SMALL + [
+        "--steps",
+        "6",
+        "--save-every",
+        "3",
+        "--batch-size",
+        "5",
+    ]  # 3 + 2 streams: an uneven split
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    one = subprocess.run([sys.executable, "-m", "txl_lib", "train", *args, "--out", str(tmp_path / "one")], env=env,
-                         capture_output=True, text=True)
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                          "-m", "txl_lib", "train", *args, "--out", str(tmp_path / "two")], env=env,
-                         capture_output=True, text=True)
+    one = subprocess.run(
+        [sys.executable, "-m", "txl_lib", "train", *args, "--out", str(tmp_path / "one")],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    two = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "txl_lib",
+            "train",
+            *args,
+            "--out",
+            str(tmp_path / "two"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert one.returncode == 0 and two.returncode == 0, one.stderr[-2000:] + two.stderr[-2000:]
     a, b = weights(tmp_path / "one"), weights(tmp_path / "two")
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
     state = torch.load(tmp_path / "two" / "state.pt", weights_only=True)
     assert state["world"] == 2 and [p["mems"][0].size(0) for p in state["processes"]] == [3, 2]
-    assert two.stdout.count("final:") == 1                              # rank 0 alone evaluates and reports
-    with pytest.raises(ValueError, match=r"processes 1 \(the run has 2\)"):   # resuming with another world size
+    assert two.stdout.count("final:") == 1  # rank 0 alone evaluates and reports
+    with pytest.raises(
+        ValueError, match=r"processes 1 \(the run has 2\)"
+    ):  # resuming with another world size
         train_command(args + ["--out", str(tmp_path / "two"), "--resume", "--steps", "9"])
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["n_layer"], "KEY=VALUE"), (["n_token=5"], "other than n_token"), (["bogus=1"], "KEY=VALUE"),
-    (["n_layer=four"], "not a Python literal"), (["dropout=2.0"], "dropout"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["n_layer"], "KEY=VALUE"),
+        (["n_token=5"], "other than n_token"),
+        (["bogus=1"], "KEY=VALUE"),
+        (["n_layer=four"], "not a Python literal"),
+        (["dropout=2.0"], "dropout"),
+    ],
+)
 def test_bad_overrides(overrides, message):
     with pytest.raises(ValueError, match=message):
         build_config("tiny", overrides, 50)
 
 
-@pytest.mark.parametrize("argv", [["--steps", "0"], ["--batch-size", "-1"], ["--stop-after", "-2"],
-                                  ["--preset", "huge"], ["--eval-split", "train"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--steps", "0"],
+        ["--batch-size", "-1"],
+        ["--stop-after", "-2"],
+        ["--preset", "huge"],
+        ["--eval-split", "train"],
+    ],
+)
 def test_bad_arguments_exit_with_a_message(argv, capsys):
     with pytest.raises(SystemExit):
         parse_args(argv)
@@ -128,15 +215,41 @@ def test_the_processes_share_the_batch_s_streams_exactly():
 def test_the_whole_test_split_equals_one_long_forward_pass(tmp_path):
     text = tmp_path / "text.txt"
     text.write_text("".join(f"line {i}: the quick brown fox {i * 7 % 13}\n" for i in range(120)))
-    log = train_command(["--data", str(text), "--batch-size", "4", "--set", "n_layer=1", "--set", "d_model=32",
-                         "--set", "d_inner=64", "--set", "tgt_len=8", "--set", "mem_len=8", "--steps", "3",
-                         "--eval-split", "test", "--eval-tgt-len", "5", "--eval-mem-len", "64",
-                         "--out", str(tmp_path / "run")])
+    log = train_command(
+        [
+            "--data",
+            str(text),
+            "--batch-size",
+            "4",
+            "--set",
+            "n_layer=1",
+            "--set",
+            "d_model=32",
+            "--set",
+            "d_inner=64",
+            "--set",
+            "tgt_len=8",
+            "--set",
+            "mem_len=8",
+            "--steps",
+            "3",
+            "--eval-split",
+            "test",
+            "--eval-tgt-len",
+            "5",
+            "--eval-mem-len",
+            "64",
+            "--out",
+            str(tmp_path / "run"),
+        ]
+    )
     model = from_pretrained(tmp_path / "run")
-    streams = batchify(load_splits(str(text)).test, 4)                 # 4 streams, each shorter than 64 + 5
-    with torch.no_grad():                                              # memory covers everything: no segments
+    streams = batchify(load_splits(str(text)).test, 4)  # 4 streams, each shorter than 64 + 5
+    with torch.no_grad():  # memory covers everything: no segments
         loss = model.eval()(streams[:, :-1], targets=streams[:, 1:]).loss
-    assert log["final_split"] == "test" and log["final_symbols"] == loss.numel() == streams.numel() - 4
+    assert (
+        log["final_split"] == "test" and log["final_symbols"] == loss.numel() == streams.numel() - 4
+    )
     assert log["final_bits"] == pytest.approx(loss.mean().item() / math.log(2), abs=1e-5)
 
 
@@ -144,7 +257,11 @@ def readme_commands(section: str = "### Training from the command line") -> list
     "The commands of the README's first bash block after `section`, continuation lines joined, comments dropped."
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     block = readme.split(section, 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
-    return [shlex.split(line, comments=True) for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+    return [
+        shlex.split(line, comments=True)
+        for line in block.replace("\\\n", " ").splitlines()
+        if line.strip()
+    ]
 
 
 def test_every_command_of_the_readme_parses_and_its_batch_splits():
@@ -155,14 +272,16 @@ def test_every_command_of_the_readme_parses_and_its_batch_splits():
             generate_args(argv[4:])
             continue
         module = argv.index("-m") + 1
-        assert argv[module:module + 2] == ["txl_lib", "train"], argv
-        args = parse_args(argv[module + 2:])
+        assert argv[module : module + 2] == ["txl_lib", "train"], argv
+        args = parse_args(argv[module + 2 :])
         world = int(argv[argv.index("--nproc_per_node") + 1]) if argv[0] == "torchrun" else 1
         assert sum(stream_shares(args.batch_size, world)) == args.batch_size
         build_config(args.preset, args.set, 205)
 
 
-@pytest.mark.parametrize("argv, message", [(["--lr", "nan"], "lr must be a finite"), (["--clip", "0"], "clip must be")])
+@pytest.mark.parametrize(
+    "argv, message", [(["--lr", "nan"], "lr must be a finite"), (["--clip", "0"], "clip must be")]
+)
 def test_bad_rates_are_refused_before_anything_is_written(tmp_path, argv, message):
     with pytest.raises(ValueError, match=message):
         train_command(SMALL + argv + ["--out", str(tmp_path / "run")])
@@ -171,23 +290,53 @@ def test_bad_rates_are_refused_before_anything_is_written(tmp_path, argv, messag
 
 def test_bfloat16_autocast_trains(tmp_path):
     log = train_command(SMALL + ["--steps", "3", "--bf16", "--out", str(tmp_path / "bf16")])
-    assert len(log["loss"]) == 3 and all(0 < loss < 10 for loss in log["loss"]) and log["final_bits"] < 10
+    assert (
+        len(log["loss"]) == 3
+        and all(0 < loss < 10 for loss in log["loss"])
+        and log["final_bits"] < 10
+    )
 
 
-KINDS = {"attn_type=1": ["--set", "attn_type=1"], "attn_type=2": ["--set", "attn_type=2"],
-         "attn_type=3": ["--set", "attn_type=3", "--set", "d_head=8"],            # 4 heads of 8 = d_model 32
-         "knn_layer=1": ["--set", "n_layer=2", "--set", "knn_layer=1", "--set", "knn_capacity=24", "--set",
-                         "knn_top_k=4"],
-         "cutoffs=(20,)": ["--set", "cutoffs=(20,)", "--set", "div_val=2"]}
-MODEL_OF_KIND = {"attn": "PositionVariantLM", "knn_": "KNNTransformerXL", "cuto": "AdaptiveTransformerXL"}
+KINDS = {
+    "attn_type=1": ["--set", "attn_type=1"],
+    "attn_type=2": ["--set", "attn_type=2"],
+    "attn_type=3": ["--set", "attn_type=3", "--set", "d_head=8"],  # 4 heads of 8 = d_model 32
+    "knn_layer=1": [
+        "--set",
+        "n_layer=2",
+        "--set",
+        "knn_layer=1",
+        "--set",
+        "knn_capacity=24",
+        "--set",
+        "knn_top_k=4",
+    ],
+    "cutoffs=(20,)": ["--set", "cutoffs=(20,)", "--set", "div_val=2"],
+}
+MODEL_OF_KIND = {
+    "attn": "PositionVariantLM",
+    "knn_": "KNNTransformerXL",
+    "cuto": "AdaptiveTransformerXL",
+}
 
 
 def test_set_picks_the_config_of_the_chapter_its_fields_come_from():
     from txl_lib.cli import build_config
-    chosen = [type(build_config("tiny", fields, 50)).__name__
-              for fields in ([], ["attn_type=0"], ["attn_type=2"], ["cutoffs=(20,)", "div_val=2"], ["knn_layer=1"])]
+
+    chosen = [
+        type(build_config("tiny", fields, 50)).__name__
+        for fields in (
+            [],
+            ["attn_type=0"],
+            ["attn_type=2"],
+            ["cutoffs=(20,)", "div_val=2"],
+            ["knn_layer=1"],
+        )
+    ]
     assert chosen == ["TXLConfig", "TXLConfig", "VariantConfig", "AdaptiveConfig", "KNNConfig"]
-    with pytest.raises(ValueError, match=r"mixes the fields of \['VariantConfig', 'AdaptiveConfig'\]"):
+    with pytest.raises(
+        ValueError, match=r"mixes the fields of \['VariantConfig', 'AdaptiveConfig'\]"
+    ):
         build_config("tiny", ["attn_type=1", "cutoffs=(20,)"], 50)
 
 
@@ -198,7 +347,7 @@ def test_every_kind_of_model_trains_and_resumes_exactly(tmp_path, kind):
     straight = train_command(argv + ["--out", str(tmp_path / "a")])
     train_command(argv + ["--out", str(tmp_path / "b"), "--stop-after", "3"])
     saved = torch.load(tmp_path / "b" / "state.pt", weights_only=True)["processes"][0]
-    if kind.startswith("knn"):                         # the store is full at step 3: resuming without it would differ
+    if kind.startswith("knn"):  # the store is full at step 3: resuming without it would differ
         assert saved["store"]["length"].tolist() == [24] * 4
     resumed = train_command(argv + ["--out", str(tmp_path / "b"), "--resume"])
     model = from_pretrained(tmp_path / "b")

@@ -1,6 +1,7 @@
 """Corpora (chapter 11), offline: a local HTTP server that honours Range requests serves a small archive the test
 makes; download, resume, verification, atomicity, splits, local files and folders, the
 original's enwik8 stream without newlines."""
+
 import hashlib
 import http.server
 import threading
@@ -11,23 +12,32 @@ import torch
 
 from txl_lib.corpora import Source, SOURCES, download, load_splits, prepare
 
-DATA = bytes(range(32, 127)) * 100 + "é ü".encode("utf-8") * 50       # 9,500 + 250 bytes, non-ASCII included
+DATA = (
+    bytes(range(32, 127)) * 100 + "é ü".encode("utf-8") * 50
+)  # 9,500 + 250 bytes, non-ASCII included
 
 
 class RangeHandler(http.server.BaseHTTPRequestHandler):
     "Serves the server's `files` {path: bytes}; honours `Range: bytes=N-` unless the server says not to."
+
     def do_GET(self):
         body = self.server.files.get(self.path)
         self.server.requests.append((self.path, self.headers.get("Range")))
         if body is None:
-            self.send_error(404); return
-        start = int(self.headers["Range"].split("=")[1].rstrip("-")) if self.headers.get("Range") and \
-            self.server.ranges else 0
+            self.send_error(404)
+            return
+        start = (
+            int(self.headers["Range"].split("=")[1].rstrip("-"))
+            if self.headers.get("Range") and self.server.ranges
+            else 0
+        )
         self.send_response(206 if start else 200)
-        self.send_header("Content-Length", str(len(body) - start)); self.end_headers()
+        self.send_header("Content-Length", str(len(body) - start))
+        self.end_headers()
         self.wfile.write(body[start:])
 
-    def log_message(self, *args): pass
+    def log_message(self, *args):
+        pass
 
 
 @pytest.fixture
@@ -37,11 +47,13 @@ def server():
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield httpd
-    httpd.shutdown(); httpd.server_close()
+    httpd.shutdown()
+    httpd.server_close()
 
 
 def archive_bytes(member: str, data: bytes) -> bytes:
     import io
+
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as z:
         z.writestr(member, data)
@@ -51,19 +63,27 @@ def archive_bytes(member: str, data: bytes) -> bytes:
 def source_for(server, data=DATA, digest=None):
     url = f"http://127.0.0.1:{server.server_port}/tiny8.zip"
     server.files["/tiny8.zip"] = archive_bytes("tiny8", data)
-    return Source("tiny8", url, "tiny8", len(data), digest or "sha256:" + hashlib.sha256(data).hexdigest(),
-                  (len(data) - 1000, 500, 500))
+    return Source(
+        "tiny8",
+        url,
+        "tiny8",
+        len(data),
+        digest or "sha256:" + hashlib.sha256(data).hexdigest(),
+        (len(data) - 1000, 500, 500),
+    )
 
 
 def test_download_verify_split_and_reuse_the_cache(server, tmp_path):
     source = source_for(server)
     corpus = load_splits("tiny8", tmp_path, download=True, sources={"tiny8": source})
     assert [len(corpus.train), len(corpus.valid), len(corpus.test)] == [len(DATA) - 1000, 500, 500]
-    decoded = "".join(corpus.vocab.decode(part) for part in (corpus.train, corpus.valid, corpus.test))
-    assert decoded.encode("latin-1") == DATA                           # one symbol per byte, nothing lost
+    decoded = "".join(
+        corpus.vocab.decode(part) for part in (corpus.train, corpus.valid, corpus.test)
+    )
+    assert decoded.encode("latin-1") == DATA  # one symbol per byte, nothing lost
     assert len(corpus.vocab) == len(set(DATA))
     assert sorted(p.name for p in (tmp_path / "tiny8").iterdir()) == ["tiny8", "tiny8.zip"]
-    server.shutdown()                                                  # from now on, no network
+    server.shutdown()  # from now on, no network
     again = load_splits("tiny8", tmp_path, download=False, sources={"tiny8": source})
     assert torch.equal(again.train, corpus.train)
 
@@ -73,7 +93,7 @@ def test_an_interrupted_download_resumes_with_a_range_request(server, tmp_path):
     whole = server.files["/tiny8.zip"]
     part = tmp_path / "tiny8.zip.part"
     half = len(whole) // 2
-    part.write_bytes(whole[:half])                                     # what an interrupted attempt left
+    part.write_bytes(whole[:half])  # what an interrupted attempt left
     download(source.url, tmp_path / "tiny8.zip")
     assert server.requests[-1] == ("/tiny8.zip", f"bytes={half}-")
     assert (tmp_path / "tiny8.zip").read_bytes() == whole and not part.exists()
@@ -91,7 +111,9 @@ def test_a_wrong_digest_keeps_nothing_extracted(server, tmp_path):
     source = source_for(server, digest="sha256:" + "0" * 64)
     with pytest.raises(ValueError, match="expected"):
         prepare(source, tmp_path, download_missing=True)
-    assert sorted(p.name for p in (tmp_path / "tiny8").iterdir()) == ["tiny8.zip"]   # no member, no temporary file
+    assert sorted(p.name for p in (tmp_path / "tiny8").iterdir()) == [
+        "tiny8.zip"
+    ]  # no member, no temporary file
 
 
 def test_a_corrupt_archive_is_refused(tmp_path):
@@ -113,7 +135,10 @@ def test_nothing_downloads_unless_asked(server, tmp_path):
 def test_standard_sources_have_the_standard_splits():
     for name in ("enwik8", "text8"):
         source = SOURCES[name]
-        assert source.splits == (90_000_000, 5_000_000, 5_000_000) and sum(source.splits) == source.size
+        assert (
+            source.splits == (90_000_000, 5_000_000, 5_000_000)
+            and sum(source.splits) == source.size
+        )
 
 
 def test_local_files_and_folders(tmp_path):
@@ -135,17 +160,27 @@ def original_stream(part: bytes) -> list[int]:
     line break for each newline byte; the original's Vocab reads the lines, strips and splits them, adds no end of
     line (add_eos=False)."""
     text = " ".join(str(c) if c != ord("\n") else "\n" for c in part)
-    return [int(symbol) for line in text.splitlines(keepends=True) for symbol in line.strip().split()]
+    return [
+        int(symbol) for line in text.splitlines(keepends=True) for symbol in line.strip().split()
+    ]
 
 
 def test_dropping_newlines_gives_the_original_s_enwik8_stream(server, tmp_path):
-    data = b"<page>\n  <title>A</title>\n\n" * 300 + bytes(range(1, 256))     # every byte value, newlines at ends
+    data = b"<page>\n  <title>A</title>\n\n" * 300 + bytes(
+        range(1, 256)
+    )  # every byte value, newlines at ends
     source = source_for(server, data)
     kept = load_splits("tiny8", tmp_path, download=True, sources={"tiny8": source})
     dropped = load_splits("tiny8", tmp_path, sources={"tiny8": source}, drop_newlines=True)
     a, b = source.splits[0], source.splits[0] + source.splits[1]
-    for ids, part in [(dropped.train, data[:a]), (dropped.valid, data[a:b]), (dropped.test, data[b:])]:
+    for ids, part in [
+        (dropped.train, data[:a]),
+        (dropped.valid, data[a:b]),
+        (dropped.test, data[b:]),
+    ]:
         assert list(dropped.vocab.decode(ids).encode("latin-1")) == original_stream(part)
     symbols = {s for part in (data[:a], data[a:b], data[b:]) for s in original_stream(part)}
-    assert len(dropped.vocab) == len(symbols) == len(kept.vocab) - 1 == 254   # the original's count: no newline
+    assert (
+        len(dropped.vocab) == len(symbols) == len(kept.vocab) - 1 == 254
+    )  # the original's count: no newline
     assert len(kept.test) - len(dropped.test) == data[b:].count(b"\n") > 0

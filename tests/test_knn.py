@@ -1,6 +1,7 @@
 """KNN memory (chapter 10): the store against brute force, eviction, capacity, stream isolation, clear; the layer
 reduces to XL attention; nothing is attended twice; gradients stop at the store; Transformer-XL's reach (N M + offset)
 against the store's; the reference run's files and their loader."""
+
 import importlib.util
 import json
 from pathlib import Path
@@ -8,8 +9,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from txl_lib.knn import (RECALL_MODELS, RECALL_RECIPE, KNNConfig, KNNMemory, KNNMems, KNNTransformerXL,
-                         load_recall_reference, mixed_recall, recall_config)
+from txl_lib.knn import (
+    RECALL_MODELS,
+    RECALL_RECIPE,
+    KNNConfig,
+    KNNMemory,
+    KNNMems,
+    KNNTransformerXL,
+    load_recall_reference,
+    mixed_recall,
+    recall_config,
+)
 from txl_lib.model import TXLConfig, TransformerXL, save_checkpoint, load_checkpoint
 from txl_lib.training import train
 from txl_lib.utils import seed_everything
@@ -24,7 +34,7 @@ def filled_store(B=3, H=2, D=5, C=16, n=11, seed=0):
 @pytest.mark.parametrize("n, k", [(11, 4), (16, 16), (3, 5), (40, 7)])
 def test_search_equals_brute_force(n, k):
     store, keys, values = filled_store(n=n)
-    keys, values = keys[:, :, -16:], values[:, :, -16:]            # what a capacity of 16 keeps
+    keys, values = keys[:, :, -16:], values[:, :, -16:]  # what a capacity of 16 keeps
     queries = torch.randn(3, 2, 6, 5, generator=torch.Generator().manual_seed(1))
     found_keys, found_values, found = store.search(queries, k)
     for b in range(3):
@@ -33,31 +43,42 @@ def test_search_equals_brute_force(n, k):
                 scores = [(queries[b, h, t] @ keys[b, h, j]).item() for j in range(keys.size(2))]
                 best = sorted(range(len(scores)), key=lambda j: -scores[j])[:k]
                 n_found = min(k, len(scores))
-                assert found[b, h, t].tolist() == [True] * n_found + [False] * (min(k, 16) - n_found)
+                assert found[b, h, t].tolist() == [True] * n_found + [False] * (
+                    min(k, 16) - n_found
+                )
                 torch.testing.assert_close(found_keys[b, h, t, :n_found], keys[b, h, best])
                 torch.testing.assert_close(found_values[b, h, t, :n_found], values[b, h, best])
 
 
 def test_eviction_is_first_in_first_out_and_capacity_is_a_bound():
     store = KNNMemory(1, 1, 1, capacity=5)
-    for start in range(0, 12, 3):                                   # 0..11 in chunks of 3
+    for start in range(0, 12, 3):  # 0..11 in chunks of 3
         chunk = torch.arange(start, start + 3, dtype=torch.float).view(1, 1, 3, 1)
         store = store.add(chunk, -chunk)
         keys, values = store.stored(0)
         expected = torch.arange(max(0, start + 3 - 5), start + 3, dtype=torch.float)
-        assert keys.flatten().tolist() == expected.tolist() and values.flatten().tolist() == (-expected).tolist()
-        assert int(store.length[0]) == min(start + 3, 5) <= store.capacity and store.keys.size(2) == 5
-    store = store.add(torch.arange(20.).view(1, 1, 20, 1), torch.zeros(1, 1, 20, 1))   # more than the capacity at once
-    assert store.stored(0)[0].flatten().tolist() == [15., 16., 17., 18., 19.]
+        assert (
+            keys.flatten().tolist() == expected.tolist()
+            and values.flatten().tolist() == (-expected).tolist()
+        )
+        assert (
+            int(store.length[0]) == min(start + 3, 5) <= store.capacity and store.keys.size(2) == 5
+        )
+    store = store.add(
+        torch.arange(20.0).view(1, 1, 20, 1), torch.zeros(1, 1, 20, 1)
+    )  # more than the capacity at once
+    assert store.stored(0)[0].flatten().tolist() == [15.0, 16.0, 17.0, 18.0, 19.0]
 
 
 def test_streams_are_isolated_and_clear_empties_only_the_given_ones():
     store, keys, _ = filled_store(B=3, n=6)
     queries = torch.randn(3, 2, 4, 5, generator=torch.Generator().manual_seed(2))
-    found_keys = store.search(queries, 6)[0]                        # k = everything stored
+    found_keys = store.search(queries, 6)[0]  # k = everything stored
     for b in range(3):
-        for h in range(2):                                          # a stream finds its own keys, all of them
-            assert {tuple(x) for x in found_keys[b, h, 0].tolist()} == {tuple(x) for x in keys[b, h].tolist()}
+        for h in range(2):  # a stream finds its own keys, all of them
+            assert {tuple(x) for x in found_keys[b, h, 0].tolist()} == {
+                tuple(x) for x in keys[b, h].tolist()
+            }
     store = store.clear([1])
     assert store.length.tolist() == [6, 0, 6]
     assert not store.search(queries, 3)[2][1].any() and store.search(queries, 3)[2][0].all()
@@ -65,28 +86,37 @@ def test_streams_are_isolated_and_clear_empties_only_the_given_ones():
     assert store.length.tolist() == [8, 2, 8] and torch.equal(store.stored(1)[0], keys[1, :, :2])
 
 
-@pytest.mark.parametrize("bad, message", [
-    (lambda s: s.add(torch.zeros(2, 2, 3, 5), torch.zeros(2, 2, 3, 5)), r"\(3, 2, n, 5\)"),
-    (lambda s: s.add(torch.zeros(3, 2, 3, 5), torch.zeros(3, 2, 4, 5)), "differ in shape"),
-    (lambda s: s.search(torch.zeros(3, 2, 1, 4), 2), "queries"),
-    (lambda s: s.search(torch.zeros(3, 2, 1, 5), 0), "k must be"),
-    (lambda s: s.clear([3]), "streams must be"),
-    (lambda s: s.stored(3), r"stream must be an index in \[0, 3\)"),
-    (lambda s: KNNMemory(3, 2, 5, 0), "capacity must be"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (lambda s: s.add(torch.zeros(2, 2, 3, 5), torch.zeros(2, 2, 3, 5)), r"\(3, 2, n, 5\)"),
+        (lambda s: s.add(torch.zeros(3, 2, 3, 5), torch.zeros(3, 2, 4, 5)), "differ in shape"),
+        (lambda s: s.search(torch.zeros(3, 2, 1, 4), 2), "queries"),
+        (lambda s: s.search(torch.zeros(3, 2, 1, 5), 0), "k must be"),
+        (lambda s: s.clear([3]), "streams must be"),
+        (lambda s: s.stored(3), r"stream must be an index in \[0, 3\)"),
+        (lambda s: KNNMemory(3, 2, 5, 0), "capacity must be"),
+    ],
+)
 def test_bad_input_changes_nothing(bad, message):
     store, _, _ = filled_store()
     before = (store.keys.clone(), store.values.clone(), store.length.clone(), store.next.clone())
     with pytest.raises(ValueError, match=message):
         bad(store)
-    assert all(torch.equal(a, b) for a, b in zip(before, (store.keys, store.values, store.length, store.next)))
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(before, (store.keys, store.values, store.length, store.next))
+    )
 
 
 SIZES = dict(n_token=30, n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=24)
 
 
 def config(**options):
-    return KNNConfig(**SIZES, **{**dict(tgt_len=5, mem_len=5, knn_layer=1, knn_capacity=64, knn_top_k=3), **options})
+    return KNNConfig(
+        **SIZES,
+        **{**dict(tgt_len=5, mem_len=5, knn_layer=1, knn_capacity=64, knn_top_k=3), **options},
+    )
 
 
 def plain_config(**options):
@@ -97,8 +127,12 @@ def plain_config(**options):
 def twins(**options):
     torch.manual_seed(0)
     knn = KNNTransformerXL(config(**options)).eval()
-    plain = TransformerXL(plain_config(**{k: v for k, v in options.items() if not k.startswith("knn_")})).eval()
-    plain.load_state_dict({k: v for k, v in knn.state_dict().items() if not k.endswith("attn.gate")})
+    plain = TransformerXL(
+        plain_config(**{k: v for k, v in options.items() if not k.startswith("knn_")})
+    ).eval()
+    plain.load_state_dict(
+        {k: v for k, v in knn.state_dict().items() if not k.endswith("attn.gate")}
+    )
     return knn, plain
 
 
@@ -129,7 +163,7 @@ def test_gate_closed_equals_transformer_xl_over_many_segments():
             a, b = knn(segment, mems=mk), plain(segment, mems=mp)
             torch.testing.assert_close(a.logits, b.logits, atol=1e-6, rtol=0)
             mk, mp = a.mems, b.mems
-    assert mk.store.length.tolist() == [35, 35]               # 40 positions, the last 5 still in the window
+    assert mk.store.length.tolist() == [35, 35]  # 40 positions, the last 5 still in the window
 
 
 def test_positions_enter_the_store_exactly_when_they_leave_the_window():
@@ -139,12 +173,15 @@ def test_positions_enter_the_store_exactly_when_they_leave_the_window():
     with torch.no_grad():
         for segment in x.split(5, dim=1):
             mems, total = knn(segment, mems=mems).mems, total + segment.size(1)
-            assert int(mems.store.length[0]) == max(0, total - 7)   # window + store = everything, no overlap
+            assert int(mems.store.length[0]) == max(
+                0, total - 7
+            )  # window + store = everything, no overlap
             assert mems[0].size(1) == min(7, total)
-        full = knn(x[:, :16])                                        # one call (mem_len 7): 9 positions evicted
-        _, k, v = knn.knn_attention.project(full.hiddens[1])          # keys of layer 1 from its inputs
+        full = knn(x[:, :16])  # one call (mem_len 7): 9 positions evicted
+        _, k, v = knn.knn_attention.project(full.hiddens[1])  # keys of layer 1 from its inputs
     keys, values = full.mems.store.stored(0)
-    torch.testing.assert_close(keys, k[0, :, :9]); torch.testing.assert_close(values, v[0, :, :9])
+    torch.testing.assert_close(keys, k[0, :, :9])
+    torch.testing.assert_close(values, v[0, :, :9])
 
 
 def test_the_store_is_not_differentiated_through_and_gradients_reach_the_gate():
@@ -152,7 +189,7 @@ def test_the_store_is_not_differentiated_through_and_gradients_reach_the_gate():
     x, y = torch.randint(30, (2, 10)), torch.randint(30, (2, 10))
     knn.train()
     first = knn(x[:, :5], targets=y[:, :5])
-    first.loss.mean().backward()                                     # the store was filled from this graph
+    first.loss.mean().backward()  # the store was filled from this graph
     assert not first.mems.store.keys.requires_grad and not first.mems.store.values.requires_grad
     knn.zero_grad()
     second = knn(x[:, 5:], mems=first.mems, targets=y[:, 5:])
@@ -173,26 +210,39 @@ def test_a_batch_must_match_the_store_and_bad_input_leaves_it_alone():
         knn(torch.full((2, 5), 99), mems=out.mems)
     with pytest.raises(ValueError, match="targets"):
         knn(torch.randint(30, (2, 5)), mems=out.mems, targets=torch.zeros(2, 4, dtype=torch.long))
-    assert out.mems.store is store and torch.equal(store.length, length) and knn.knn_attention.store is None
+    assert (
+        out.mems.store is store
+        and torch.equal(store.length, length)
+        and knn.knn_attention.store is None
+    )
 
 
 def test_config_and_checkpoint():
-    for bad, message in [(dict(knn_layer=2), "knn_layer"), (dict(knn_top_k=100), "exceeds"),
-                         (dict(knn_capacity=0), "knn_capacity"), (dict(knn_layer=None), "knn_layer must be the index"),
-                         (dict(dropout=2.0), "dropout")]:
+    for bad, message in [
+        (dict(knn_layer=2), "knn_layer"),
+        (dict(knn_top_k=100), "exceeds"),
+        (dict(knn_capacity=0), "knn_capacity"),
+        (dict(knn_layer=None), "knn_layer must be the index"),
+        (dict(dropout=2.0), "dropout"),
+    ]:
         with pytest.raises(ValueError, match=message):
             config(**bad)
-    with pytest.raises(TypeError, match="TransformerXL is built from TXLConfig configs, got KNNConfig"):
+    with pytest.raises(
+        TypeError, match="TransformerXL is built from TXLConfig configs, got KNNConfig"
+    ):
         TransformerXL(config())
-    with pytest.raises(TypeError, match="KNNTransformerXL is built from KNNConfig configs, got TXLConfig"):
+    with pytest.raises(
+        TypeError, match="KNNTransformerXL is built from KNNConfig configs, got TXLConfig"
+    ):
         KNNTransformerXL(plain_config())
 
 
 def test_checkpoint_round_trip(tmp_path):
     knn, _ = twins()
     save_checkpoint(tmp_path / "knn.pt", knn, step=2)
-    again, step = load_checkpoint(tmp_path / "knn.pt", build=KNNTransformerXL,
-                                  read_config=lambda stored: KNNConfig(**stored))
+    again, step = load_checkpoint(
+        tmp_path / "knn.pt", build=KNNTransformerXL, read_config=lambda stored: KNNConfig(**stored)
+    )
     x = torch.randint(30, (1, 5))
     with torch.no_grad():
         torch.testing.assert_close(again.eval()(x).logits, knn(x).logits)
@@ -211,29 +261,46 @@ def last_logits(model, x, T):
 @pytest.mark.parametrize("n_layer, T, M", [(2, 8, 8), (2, 4, 8), (3, 5, 5)])
 def test_xl_cannot_see_beyond_n_layer_times_mem_len_plus_offset_and_the_store_can(n_layer, T, M):
     torch.manual_seed(0)
-    options = dict(n_token=30, n_layer=n_layer, d_model=16, n_head=2, d_head=8, d_inner=24, tgt_len=T, mem_len=M)
+    options = dict(
+        n_token=30,
+        n_layer=n_layer,
+        d_model=16,
+        n_head=2,
+        d_head=8,
+        d_inner=24,
+        tgt_len=T,
+        mem_len=M,
+    )
     xl = TransformerXL(TXLConfig(**options)).eval()
-    knn = KNNTransformerXL(KNNConfig(**options, knn_layer=n_layer - 1, knn_capacity=256, knn_top_k=3)).eval()
+    knn = KNNTransformerXL(
+        KNNConfig(**options, knn_layer=n_layer - 1, knn_capacity=256, knn_top_k=3)
+    ).eval()
     x = torch.randint(30, (2, 7 * T + 3), generator=torch.Generator().manual_seed(1))
-    reach = n_layer * M + (x.size(1) - 1) % T                  # N M + offset of the last position in its segment
+    reach = n_layer * M + (x.size(1) - 1) % T  # N M + offset of the last position in its segment
+
     def changed_at(distance):
         y = x.clone()
         y[:, -1 - distance] = (y[:, -1 - distance] + 1) % 30
         return y
+
     for model, sees_beyond in [(xl, False), (knn, True)]:
         base = last_logits(model, x, T)
-        assert not torch.equal(base, last_logits(model, changed_at(reach), T))          # the bound is reached
+        assert not torch.equal(
+            base, last_logits(model, changed_at(reach), T)
+        )  # the bound is reached
         assert torch.equal(base, last_logits(model, changed_at(reach + 1), T)) != sees_beyond
 
 
 def test_mixed_recall_alternates_between_the_distances():
     batches = mixed_recall((6, 40), 50, 4, seed=0)
     shapes = [next(batches)[0].shape for _ in range(4)]
-    assert shapes == [(4, 8), (4, 42), (4, 8), (4, 42)]             # key, value, filler, QUERY, key
+    assert shapes == [(4, 8), (4, 42), (4, 8), (4, 42)]  # key, value, filler, QUERY, key
 
 
 def test_the_reference_script_writes_what_load_recall_reference_reads(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("reference_10", Path(__file__).parents[1] / "reference/10_knn_memory.py")
+    spec = importlib.util.spec_from_file_location(
+        "reference_10", Path(__file__).parents[1] / "reference/10_knn_memory.py"
+    )
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     monkeypatch.setattr(script, "OUT", tmp_path / "run")
@@ -243,14 +310,21 @@ def test_the_reference_script_writes_what_load_recall_reference_reads(tmp_path, 
     models, log = load_recall_reference(tmp_path / "run")
     assert list(models) == list(RECALL_MODELS) and all(len(m) == 2 for m in models.values())
     r = {**RECALL_RECIPE, "steps": 2}
-    for name, with_knn in RECALL_MODELS.items():                     # seed 1 again, by hand: the same weights
+    for name, with_knn in RECALL_MODELS.items():  # seed 1 again, by hand: the same weights
         seed_everything(1)
         again = (KNNTransformerXL if with_knn else TransformerXL)(recall_config(with_knn))
-        train(again, mixed_recall(r["distances"], r["n_examples"], r["batch_size"], seed=r["data_seed"] + 1),
-              steps=2, tgt_len=r["tgt_len"], lr=r["lr"])
+        train(
+            again,
+            mixed_recall(r["distances"], r["n_examples"], r["batch_size"], seed=r["data_seed"] + 1),
+            steps=2,
+            tgt_len=r["tgt_len"],
+            lr=r["lr"],
+        )
         loaded = models[name][1].state_dict()
         assert all(torch.equal(v, loaded[k]) for k, v in again.state_dict().items())
-        assert not torch.equal(loaded["word_emb.weight"], models[name][0].state_dict()["word_emb.weight"])
+        assert not torch.equal(
+            loaded["word_emb.weight"], models[name][0].state_dict()["word_emb.weight"]
+        )
     log["configs"]["XL + KNN memory"]["knn_top_k"] = 3
     (tmp_path / "run" / "training_log.json").write_text(json.dumps(log))
     with pytest.raises(ValueError, match="another configuration"):

@@ -1,4 +1,5 @@
 """Chapter 12: one factory, one save/load in safetensors + config.json, generate for every kind, the top level."""
+
 import json, re, tomllib
 from pathlib import Path
 
@@ -8,8 +9,19 @@ from safetensors.torch import load_file, save_file
 
 import txl_lib
 from dataclasses import asdict
-from txl_lib import (TXLConfig, VariantConfig, AdaptiveConfig, KNNConfig, build_model, from_pretrained, save_pretrained,
-                     generate, save_checkpoint, from_hf, config_from_dict)
+from txl_lib import (
+    TXLConfig,
+    VariantConfig,
+    AdaptiveConfig,
+    KNNConfig,
+    build_model,
+    from_pretrained,
+    save_pretrained,
+    generate,
+    save_checkpoint,
+    from_hf,
+    config_from_dict,
+)
 from txl_lib.model import TransformerXL
 from txl_lib.variants import PositionVariantLM
 from txl_lib.adaptive import AdaptiveTransformerXL
@@ -20,8 +32,16 @@ KINDS = {
     "type1": (VariantConfig, dict(attn_type=1), PositionVariantLM),
     "type3": (VariantConfig, dict(attn_type=3, clamp_len=6), PositionVariantLM),
     "adaptive": (AdaptiveConfig, dict(cutoffs=(10, 20), div_val=2), AdaptiveTransformerXL),
-    "adaptive_untied": (AdaptiveConfig, dict(cutoffs=(10,), d_embed=32, tie_weight=False), AdaptiveTransformerXL),
-    "adaptive_one_cluster": (AdaptiveConfig, dict(), AdaptiveTransformerXL),      # all of its fields at defaults
+    "adaptive_untied": (
+        AdaptiveConfig,
+        dict(cutoffs=(10,), d_embed=32, tie_weight=False),
+        AdaptiveTransformerXL,
+    ),
+    "adaptive_one_cluster": (
+        AdaptiveConfig,
+        dict(),
+        AdaptiveTransformerXL,
+    ),  # all of its fields at defaults
     "knn": (KNNConfig, dict(knn_layer=1, knn_capacity=32, knn_top_k=4), KNNTransformerXL),
 }
 
@@ -34,7 +54,7 @@ def kind_config(kind):
 def kind_model(kind, seed=0):
     torch.manual_seed(seed)
     model = build_model(kind_config(kind)).eval()
-    with torch.no_grad():                      # spread the weights so a misplaced tensor shows in the logits
+    with torch.no_grad():  # spread the weights so a misplaced tensor shows in the logits
         for p in model.parameters():
             p.add_(0.2 * torch.randn_like(p))
     return model
@@ -45,9 +65,17 @@ def test_build_model_picks_the_class_of_each_extension(kind):
     assert type(kind_model(kind)) is KINDS[kind][2]
 
 
-@pytest.mark.parametrize("config_class, field", [(TXLConfig, "attn_type"), (TXLConfig, "cutoffs"),
-                                                 (TXLConfig, "knn_layer"), (VariantConfig, "cutoffs"),
-                                                 (AdaptiveConfig, "knn_layer"), (KNNConfig, "attn_type")])
+@pytest.mark.parametrize(
+    "config_class, field",
+    [
+        (TXLConfig, "attn_type"),
+        (TXLConfig, "cutoffs"),
+        (TXLConfig, "knn_layer"),
+        (VariantConfig, "cutoffs"),
+        (AdaptiveConfig, "knn_layer"),
+        (KNNConfig, "attn_type"),
+    ],
+)
 def test_each_config_has_only_its_own_chapters_fields(config_class, field):
     with pytest.raises(TypeError, match=f"unexpected keyword argument '{field}'"):
         config_class(n_token=30, **{field: 1})
@@ -56,7 +84,10 @@ def test_each_config_has_only_its_own_chapters_fields(config_class, field):
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_other_model_refuses_the_config(kind):
     for model_class in {k[2] for k in KINDS.values()} - {KINDS[kind][2]}:
-        with pytest.raises(TypeError, match=f"{model_class.__name__} is built from .* got {KINDS[kind][0].__name__}"):
+        with pytest.raises(
+            TypeError,
+            match=f"{model_class.__name__} is built from .* got {KINDS[kind][0].__name__}",
+        ):
             model_class(kind_config(kind))
 
 
@@ -75,7 +106,7 @@ def test_save_and_load_are_exact_for_every_kind(kind, tmp_path):
     a, b = model.state_dict(), loaded.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     groups = lambda m: sorted(sorted(n) for n in txl_lib.convert.tied_groups(m))
-    assert groups(loaded) == groups(model)                 # tied weights tied again, not two copies
+    assert groups(loaded) == groups(model)  # tied weights tied again, not two copies
     torch.testing.assert_close(loaded(x).logits, model(x).logits, rtol=0, atol=0)
 
 
@@ -86,21 +117,29 @@ def test_config_json_is_plain_json_of_the_config(tmp_path):
     assert AdaptiveConfig(**stored) == model.config
 
 
-EARLIER_FIELDS = dict(attn_type=0, cutoffs=[], div_val=1, d_embed=None, tie_projs=[], knn_layer=None, knn_capacity=1024,
-                      knn_top_k=32)    # every config an earlier version wrote held these, unused ones at these values
+EARLIER_FIELDS = dict(
+    attn_type=0,
+    cutoffs=[],
+    div_val=1,
+    d_embed=None,
+    tie_projs=[],
+    knn_layer=None,
+    knn_capacity=1024,
+    knn_top_k=32,
+)  # every config an earlier version wrote held these, unused ones at these values
 
 
 @pytest.mark.parametrize("kind", [k for k in KINDS if k != "adaptive_one_cluster"])
 def test_config_dicts_of_earlier_versions_are_read_as_the_config_they_describe(kind):
     config = kind_config(kind)
-    earlier = json.loads(json.dumps({**EARLIER_FIELDS, **asdict(config)}))          # as a JSON file held it
+    earlier = json.loads(json.dumps({**EARLIER_FIELDS, **asdict(config)}))  # as a JSON file held it
     assert len(earlier) == 24 and config_from_dict(earlier) == config
 
 
 def test_tied_weights_are_stored_once(tmp_path):
     model = kind_model("xl")
     stored = load_file(save_pretrained(model, tmp_path) / "model.safetensors")
-    assert len(stored) == len(model.state_dict()) - 1      # head.weight is word_emb.weight
+    assert len(stored) == len(model.state_dict()) - 1  # head.weight is word_emb.weight
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -129,7 +168,8 @@ def refused(call, match):
 
 def test_a_flipped_byte_is_refused(tmp_path):
     folder = save_pretrained(kind_model("xl"), tmp_path)
-    data = bytearray((folder / "model.safetensors").read_bytes()); data[-3] ^= 0x40
+    data = bytearray((folder / "model.safetensors").read_bytes())
+    data[-3] ^= 0x40
     (folder / "model.safetensors").write_bytes(bytes(data))
     refused(lambda: from_pretrained(folder), "is corrupt")
 
@@ -141,8 +181,14 @@ def test_a_truncated_weights_file_is_refused_naming_it(tmp_path):
     refused(lambda: from_pretrained(folder), "model.safetensors is not a readable safetensors file")
 
 
-@pytest.mark.parametrize("text, match", [("[1, 2]", "holds a JSON list"), ("{not json", "is not valid JSON"),
-                                         ('{"model_type": "txl_lib", "n_token": 31}', "differs from the config stored")])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("[1, 2]", "holds a JSON list"),
+        ("{not json", "is not valid JSON"),
+        ('{"model_type": "txl_lib", "n_token": 31}', "differs from the config stored"),
+    ],
+)
 def test_a_bad_or_mismatched_config_json_is_refused(tmp_path, text, match):
     folder = save_pretrained(kind_model("xl"), tmp_path)
     (folder / "config.json").write_text(text)
@@ -153,21 +199,28 @@ def test_an_implausible_stored_config_allocates_nothing(tmp_path):
     folder = save_pretrained(kind_model("xl"), tmp_path)
     weights = load_file(folder / "model.safetensors")
     from safetensors import safe_open
+
     with safe_open(folder / "model.safetensors", "pt") as f:
         metadata = f.metadata()
-    config = json.loads(metadata["config"]); config["d_model"] = 100_000; config["d_inner"] = 400_000
+    config = json.loads(metadata["config"])
+    config["d_model"] = 100_000
+    config["d_inner"] = 400_000
     metadata["config"] = json.dumps(config)
     save_file(weights, folder / "model.safetensors", metadata=metadata)
     (folder / "config.json").unlink()
-    refused(lambda: from_pretrained(folder), "do not fit the stored config")   # a real build would need ~400 GB
+    refused(
+        lambda: from_pretrained(folder), "do not fit the stored config"
+    )  # a real build would need ~400 GB
 
 
 def test_a_crash_while_saving_leaves_the_old_files_and_no_temporary(tmp_path, monkeypatch):
     folder = save_pretrained(kind_model("xl", seed=0), tmp_path)
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
+
     def crash(source, target):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(txl_lib.utils.os, "replace", crash)            # the one writer's rename (chapter 00)
+
+    monkeypatch.setattr(txl_lib.utils.os, "replace", crash)  # the one writer's rename (chapter 00)
     with pytest.raises(OSError, match="the disk is full"):
         save_pretrained(kind_model("xl", seed=1), folder)
     monkeypatch.undo()
@@ -183,9 +236,22 @@ def test_save_pretrained_refuses_what_is_not_our_model(tmp_path):
 def test_from_hf_accepts_an_adaptive_model():
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    hf = transformers.TransfoXLLMHeadModel(transformers.TransfoXLConfig(
-        vocab_size=40, cutoffs=[10, 25], d_model=16, d_embed=24, n_head=2, d_head=8, d_inner=32, n_layer=2,
-        mem_len=6, div_val=2, dropout=0.0, dropatt=0.0)).eval()
+    hf = transformers.TransfoXLLMHeadModel(
+        transformers.TransfoXLConfig(
+            vocab_size=40,
+            cutoffs=[10, 25],
+            d_model=16,
+            d_embed=24,
+            n_head=2,
+            d_head=8,
+            d_inner=32,
+            n_layer=2,
+            mem_len=6,
+            div_val=2,
+            dropout=0.0,
+            dropatt=0.0,
+        )
+    ).eval()
     with torch.no_grad():
         for p in hf.parameters():
             p.add_(0.3 * torch.randn_like(p))
@@ -193,42 +259,69 @@ def test_from_hf_accepts_an_adaptive_model():
         theirs = hf(ids, mems=[torch.empty(0, 2, 16)] * 2).prediction_scores
         ours = from_hf(hf)
         assert isinstance(ours, AdaptiveTransformerXL)
-        torch.testing.assert_close(ours(ids).logits, theirs, atol=1e-5, rtol=0)      # the issue's bound; 1.9e-6 here
+        torch.testing.assert_close(
+            ours(ids).logits, theirs, atol=1e-5, rtol=0
+        )  # the issue's bound; 1.9e-6 here
 
 
 def test_the_top_level_exports_what_a_user_needs():
-    for name in ["TXLConfig", "TransformerXL", "build_model", "from_pretrained", "save_pretrained", "generate",
-                 "CharVocab", "train", "evaluate", "LMOutput"]:
+    for name in [
+        "TXLConfig",
+        "TransformerXL",
+        "build_model",
+        "from_pretrained",
+        "save_pretrained",
+        "generate",
+        "CharVocab",
+        "train",
+        "evaluate",
+        "LMOutput",
+    ]:
         assert name in txl_lib.__all__ and hasattr(txl_lib, name)
-    version = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["version"]
+    version = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"][
+        "version"
+    ]
     assert txl_lib.__version__ == version
     assert (Path(txl_lib.__file__).parent / "py.typed").is_file()
 
 
 def test_the_readme_example_runs_as_written(tmp_path, monkeypatch, capsys):
     readme = (Path(__file__).parents[1] / "README.md").read_text()
-    section = readme[readme.index("## Using the library"):]
-    section = section[:section.index("\n## ", 3)]
+    section = readme[readme.index("## Using the library") :]
+    section = section[: section.index("\n## ", 3)]
     first, *others = [block.split("```")[0] for block in section.split("```python\n")[1:]]
     monkeypatch.chdir(tmp_path)
     namespace = {}
     exec(compile(first, "README.md", "exec"), namespace)
     printed = capsys.readouterr().out.replace("\r", "\n").splitlines()
     bits = next(float(line) for line in printed if re.fullmatch(r"\d+\.\d+", line.strip()))
-    assert bits < 4.0                                     # trained: a uniform guess over pydoc's ~100 symbols is 6.7
-    assert sorted(p.name for p in (tmp_path / "tiny").iterdir()) == ["config.json", "model.safetensors"]
+    assert bits < 4.0  # trained: a uniform guess over pydoc's ~100 symbols is 6.7
+    assert sorted(p.name for p in (tmp_path / "tiny").iterdir()) == [
+        "config.json",
+        "model.safetensors",
+    ]
     assert type(namespace["model"]) is TransformerXL
     kinds = {}
-    for code in others:                                   # the configs of the extensions, one per line
+    for code in others:  # the configs of the extensions, one per line
         for line in code.splitlines():
-            kinds[line] = type(eval(line.split("#")[0], vars(txl_lib))) if line.startswith("build_model") else None
+            kinds[line] = (
+                type(eval(line.split("#")[0], vars(txl_lib)))
+                if line.startswith("build_model")
+                else None
+            )
     built = [kind.__name__ for kind in kinds.values() if kind]
-    assert built == ["TransformerXL", "PositionVariantLM", "AdaptiveTransformerXL", "KNNTransformerXL"]
+    assert built == [
+        "TransformerXL",
+        "PositionVariantLM",
+        "AdaptiveTransformerXL",
+        "KNNTransformerXL",
+    ]
 
 
 def test_no_import_circle_between_the_modules():
     "Every `from .x import` / `from txl_lib.x import` (also inside functions): the graph of modules has no cycle."
     import ast
+
     graph = {}
     for path in Path(txl_lib.__file__).parent.glob("*.py"):
         imported = set()
@@ -238,15 +331,37 @@ def test_no_import_circle_between_the_modules():
             elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("txl_lib"):
                 imported.add(node.module.partition(".")[2] or "__init__")
         graph[path.stem] = imported
+
     def reaches(start, target, seen=()):
-        return any(d == target or (d not in seen and reaches(d, target, (*seen, d))) for d in graph.get(start, ()))
+        return any(
+            d == target or (d not in seen and reaches(d, target, (*seen, d)))
+            for d in graph.get(start, ())
+        )
+
     assert [name for name in graph if reaches(name, name)] == []
 
 
 def test_chapter_06a_reads_a_type_0_config_and_sends_an_adaptive_one_to_chapter_09():
     from txl_lib.convert import config_from_hf
-    hf = dict(vocab_size=40, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, dropout=0.0, dropatt=0.0, mem_len=6,
-              clamp_len=-1, same_length=False, pre_lnorm=False, untie_r=True, cutoffs=[], div_val=1, d_embed=16)
+
+    hf = dict(
+        vocab_size=40,
+        n_layer=2,
+        n_head=2,
+        d_model=16,
+        d_head=8,
+        d_inner=32,
+        dropout=0.0,
+        dropatt=0.0,
+        mem_len=6,
+        clamp_len=-1,
+        same_length=False,
+        pre_lnorm=False,
+        untie_r=True,
+        cutoffs=[],
+        div_val=1,
+        d_embed=16,
+    )
     assert type(config_from_hf(hf)) is TXLConfig
     with pytest.raises(ValueError, match="adaptive softmax .*adaptive_config_from_hf"):
         config_from_hf({**hf, "cutoffs": [10]})
@@ -255,9 +370,12 @@ def test_chapter_06a_reads_a_type_0_config_and_sends_an_adaptive_one_to_chapter_
 def test_every_name_the_reference_scripts_import_exists():
     "`make reference` runs for hours: a name it imports that a chapter moved must fail here, in seconds."
     import ast, importlib
+
     for script in sorted((Path(__file__).parents[1] / "reference").glob("*.py")):
         for node in ast.walk(ast.parse(script.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "txl_lib":
                 module = importlib.import_module(node.module)
                 missing = [a.name for a in node.names if not hasattr(module, a.name)]
-                assert not missing, f"{script.name} imports {missing} from {node.module}, which has no such name"
+                assert not missing, (
+                    f"{script.name} imports {missing} from {node.module}, which has no such name"
+                )

@@ -1,5 +1,6 @@
 """The LSTM baseline (chapter 06c) against independent computations: the LSTM equations written as a loop, one pass
 over the whole text, greedy decoding by recomputing the prefix; and its place in the library (save and load)."""
+
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
@@ -18,9 +19,13 @@ def lstm_by_the_equations(model: LSTMLM, ids: torch.Tensor) -> torch.Tensor:
     for t in range(T):
         x = model.embed.weight[ids[:, t]]
         for layer in range(c.n_layer):
-            gates = (x @ getattr(lstm, f"weight_ih_l{layer}").T + getattr(lstm, f"bias_ih_l{layer}")
-                     + h[layer] @ getattr(lstm, f"weight_hh_l{layer}").T + getattr(lstm, f"bias_hh_l{layer}"))
-            i, f, g, o = gates.chunk(4, dim=1)                  # PyTorch's gate order: input, forget, cell, output
+            gates = (
+                x @ getattr(lstm, f"weight_ih_l{layer}").T
+                + getattr(lstm, f"bias_ih_l{layer}")
+                + h[layer] @ getattr(lstm, f"weight_hh_l{layer}").T
+                + getattr(lstm, f"bias_hh_l{layer}")
+            )
+            i, f, g, o = gates.chunk(4, dim=1)  # PyTorch's gate order: input, forget, cell, output
             cell[layer] = torch.sigmoid(f) * cell[layer] + torch.sigmoid(i) * torch.tanh(g)
             h[layer] = torch.sigmoid(o) * torch.tanh(cell[layer])
             x = h[layer]
@@ -29,14 +34,22 @@ def lstm_by_the_equations(model: LSTMLM, ids: torch.Tensor) -> torch.Tensor:
 
 
 @settings(max_examples=15, deadline=None)
-@given(B=st.integers(1, 3), T=st.integers(1, 12), n_layer=st.integers(1, 3), d_model=st.integers(2, 12),
-       tie=st.booleans(), seed=st.integers(0, 1000))
+@given(
+    B=st.integers(1, 3),
+    T=st.integers(1, 12),
+    n_layer=st.integers(1, 3),
+    d_model=st.integers(2, 12),
+    tie=st.booleans(),
+    seed=st.integers(0, 1000),
+)
 def test_the_model_computes_the_lstm_equations(B, T, n_layer, d_model, tie, seed):
     seed_everything(seed)
     model = LSTMLM(LSTMConfig(n_token=9, n_layer=n_layer, d_model=d_model, tie_weight=tie)).eval()
     ids = torch.randint(9, (B, T))
     with torch.no_grad():
-        torch.testing.assert_close(model(ids).logits, lstm_by_the_equations(model, ids), atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            model(ids).logits, lstm_by_the_equations(model, ids), atol=1e-5, rtol=0
+        )
 
 
 @settings(max_examples=15, deadline=None)
@@ -46,7 +59,9 @@ def test_segments_with_the_state_carried_equal_one_pass(cuts, seed):
     model = LSTMLM(LSTMConfig(n_token=11, n_layer=2, d_model=8)).eval()
     ids = torch.randint(11, (2, sum(cuts) + 1))
     whole = model(ids[:, :-1], targets=ids[:, 1:]).loss
-    by_segments = evaluate(model, ids[:, :-1], ids[:, 1:], tgt_len=cuts[0]).loss    # chapter 00b's loop
+    by_segments = evaluate(
+        model, ids[:, :-1], ids[:, 1:], tgt_len=cuts[0]
+    ).loss  # chapter 00b's loop
     torch.testing.assert_close(by_segments, whole, atol=1e-5, rtol=0)
 
 
@@ -67,7 +82,7 @@ def test_save_and_load_give_back_the_same_model(tmp_path):
     loaded = from_pretrained(model.save_pretrained(tmp_path / "lstm"))
     ids = torch.randint(17, (2, 9))
     assert type(loaded) is LSTMLM and loaded.config == model.config
-    assert loaded.head.weight is loaded.embed.weight                             # tied again
+    assert loaded.head.weight is loaded.embed.weight  # tied again
     assert torch.equal(loaded(ids).logits, model(ids).logits)
 
 
@@ -75,10 +90,12 @@ def test_bad_calls_are_refused_before_anything_changes():
     model = LSTMLM(LSTMConfig(n_token=7, n_layer=1, d_model=4))
     before = {k: v.clone() for k, v in model.state_dict().items()}
     ids = torch.randint(7, (2, 3))
-    for call, message in [(lambda: model(ids, mems=[torch.zeros(3, 1, 4)] * 2), "expected \\(2, 1, 4\\)"),
-                          (lambda: model(ids, mems=torch.zeros(2, 1, 4)), "must be \\[h, c\\]"),
-                          (lambda: model(ids, targets=ids[:, :2]), "shape"),
-                          (lambda: model(ids, cache=object()), "no inference cache")]:
+    for call, message in [
+        (lambda: model(ids, mems=[torch.zeros(3, 1, 4)] * 2), "expected \\(2, 1, 4\\)"),
+        (lambda: model(ids, mems=torch.zeros(2, 1, 4)), "must be \\[h, c\\]"),
+        (lambda: model(ids, targets=ids[:, :2]), "shape"),
+        (lambda: model(ids, cache=object()), "no inference cache"),
+    ]:
         with pytest.raises((ValueError, TypeError), match=message):
             call()
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())

