@@ -505,3 +505,34 @@ def test_the_program_prints_one_line_and_exits_1(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.main(argv=command(tmp_path / "run", "--resume"))
     assert exit_.value.code.startswith("error: ") and "nothing to resume" in exit_.value.code
+
+
+@pytest.mark.parametrize(
+    "changed",
+    ["hgfedcba " * 3000, "abcdefgh " * 2999 + "xyz"],
+    ids=["same vocabulary, other text", "another vocabulary"],
+)
+def test_resume_refuses_data_that_changed_and_changes_no_file(tmp_path, changed):
+    "Issue 31: `--resume` with a --data file whose content changed is refused before any file is written."
+    data = tmp_path / "text.txt"
+    data.write_text("abcdefgh " * 3000)
+    run = [
+        "--data",
+        str(data),
+        "--preset",
+        "tiny",
+        "--steps",
+        "4",
+        "--eval-tokens",
+        "100",
+        "--quiet",
+    ]
+    train_command(run + ["--stop-after", "2", "--out", str(tmp_path / "run")])
+    before = {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()}
+    data.write_text(changed)
+    with pytest.raises(ValueError, match="now holds other text than .* was trained on"):
+        train_command(run + ["--out", str(tmp_path / "run"), "--resume"])
+    assert {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()} == before
+    data.write_text("abcdefgh " * 3000)  # the run's own data: it resumes
+    train_command(run + ["--out", str(tmp_path / "run"), "--resume"])
+    assert torch.load(tmp_path / "run" / "state.pt", weights_only=True)["step"] == 4

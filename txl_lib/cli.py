@@ -5,15 +5,15 @@
 # %% auto #0
 __all__ = ['REFUSED_CHANGES', 'PRESETS', 'EXTENSION_CONFIGS', 'MODEL_COPY', 'STORE_FIELDS', 'RUN_FILES', 'RUN_ARGS', 'ERRORS',
            'check_command_line', 'check_device', 'check_corpus_fits', 'check_fresh_folder', 'check_lock_free',
-           'read_state', 'use_stored_arguments', 'check_same_model', 'build_parser', 'add_evaluation_arguments',
-           'parse_args', 'config_class_for', 'build_config', 'setup_distributed', 'stream_shares', 'local_streams',
-           'gather', 'write_log', 'write_sampling_copy', 'memory_payload', 'memory_from_payload', 'save_state',
-           'write_copies', 'load_state', 'run_lock', 'evaluation_settings', 'evaluation_streams', 'evaluate_bits',
-           'training_step', 'next_segment', 'build_run', 'run_arguments', 'progress_bar', 'report', 'train_loop', 'run',
-           'train_command', 'main']
+           'read_state', 'use_stored_arguments', 'check_same_model', 'corpus_fingerprint', 'check_same_data',
+           'build_parser', 'add_evaluation_arguments', 'parse_args', 'config_class_for', 'build_config',
+           'setup_distributed', 'stream_shares', 'local_streams', 'gather', 'write_log', 'write_sampling_copy',
+           'memory_payload', 'memory_from_payload', 'save_state', 'write_copies', 'load_state', 'run_lock',
+           'evaluation_settings', 'evaluation_streams', 'evaluate_bits', 'training_step', 'next_segment', 'build_run',
+           'run_arguments', 'progress_bar', 'report', 'train_loop', 'run', 'train_command', 'main']
 
 # %% ../notebooks/11a_commands.ipynb #c001
-import argparse, ast, contextlib, dataclasses, errno, fcntl, json, os, socket, sys, warnings
+import argparse, ast, contextlib, dataclasses, errno, fcntl, hashlib, json, os, socket, sys, warnings
 from pathlib import Path
 
 import torch
@@ -137,6 +137,21 @@ def check_same_model(state: dict, model, out: Path):
     "The model built from the arguments is the model of the run."
     if config_from_dict(state["config"]) != model.config:
         raise ValueError(f"{out}/state.pt holds a model of another configuration than --preset and --set make")
+
+def corpus_fingerprint(corpus) -> str:
+    "sha256 of the vocabulary and the ids of the three splits: the data a run trains on, stored in state.pt."
+    digest = hashlib.sha256(json.dumps(corpus.vocab.itos).encode())
+    for ids in (corpus.train, corpus.valid, corpus.test):
+        digest.update(ids.contiguous().numpy())
+    return digest.hexdigest()
+
+def check_same_data(state: dict, corpus, out: Path):
+    "A resumed run reads the data it was trained on: the same vocabulary and, where stored, the same ids."
+    stored = state["args"].get("data_sha256")          # runs saved before the fingerprint have the vocabulary
+    if state["vocab"] != corpus.vocab.itos or stored not in (None, corpus_fingerprint(corpus)):
+        raise ValueError(f"--data {state['args']['data']!r} now holds other text than {out} was trained on (another "
+                         f"vocabulary or other characters): its model would no longer match; resume with the "
+                         f"run's data, or start a new run in another folder")
 
 # %% ../notebooks/11a_commands.ipynb #c004
 PRESETS = {                                     # preset(config_class, **fields): a config of that class
@@ -424,6 +439,7 @@ def train_loop(args, out: Path, corpus, model, optimizer, schedule, streams, sta
                world: int) -> int:
     "Steps from `start` = (step, position, mems) to --steps (or --stop-after), saving as asked; the last step."
     (step, position, mems), saved = start, start[0] if args.resume else None
+    run_args = {**run_arguments(args), "data_sha256": corpus_fingerprint(corpus)}     # what --resume checks
     ddp = DistributedDataParallel(model) if world > 1 else model
     weight = streams.size(0) * world / args.batch_size                 # this process's share of the mean
     valid = evaluation_streams(corpus.valid, args.eval_tokens).to(streams.device)
@@ -441,7 +457,7 @@ def train_loop(args, out: Path, corpus, model, optimizer, schedule, streams, sta
                 log["eval"].append((step, evaluate_bits(model, valid, args)))
             if args.save_every and step % args.save_every == 0 or step in (args.steps, args.stop_after):
                 save_state(out, model, optimizer, schedule, step, position, mems, log, rank, world,
-                           run_arguments(args), corpus.vocab.itos)
+                           run_args, corpus.vocab.itos)
                 saved = step
             if bar is not None:
                 bar.set_postfix_str(f" loss {loss:.3f}", refresh=False); bar.update()
@@ -457,7 +473,7 @@ def run(args: argparse.Namespace) -> dict:
         corpus, model, optimizer, schedule, streams = build_run(args, rank, world, device)
         start, log = (0, 0, None), {"loss": [], "eval": []}
         if state is not None:
-            check_same_model(state, model, out)
+            check_same_data(state, corpus, out); check_same_model(state, model, out)
             start, log = load_state(state, model, optimizer, schedule, rank, device), state["log"]
             if rank == 0:                      # a run killed after state.pt, before its copies: write them again
                 write_copies(out, model, corpus.vocab.itos, log, state["step"])
