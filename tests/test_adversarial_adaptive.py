@@ -109,8 +109,8 @@ def test_a_config_json_of_another_model_or_broken_is_one_error_naming_the_file(
         (lambda c: c.update(cutoffs=[25, 10]), "cutoffs"),
         (
             lambda c: c.update(vocab_size=10**13),
-            "model.safetensors",
-        ),  # refused before 10^13 rows are allocated
+            "n_token must be an int <= 2,147,483,647",
+        ),  # refused by the config's bound (issue 31), before 10^13 rows are allocated
     ],
 )
 def test_a_transfo_xl_config_json_with_missing_or_wrong_fields_is_one_error_naming_the_file(

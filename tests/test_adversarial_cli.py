@@ -213,14 +213,18 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     (out / "run.lock").write_text(f"{dead.pid} somewhere\n")
-    (out / "state.ptk3j9x_.tmp").write_bytes(b"half")  # what killed saves left
-    (out / "model.safetensors.tmp").write_bytes(b"half")
+    (out / "state.ptk3j9x_ab.tmp").write_bytes(b"half")  # what killed saves left (mkstemp's names)
+    (out / "model.safetensorsq0w8e7_z.tmp").write_bytes(b"half")
+    (out / "notes.tmp").write_bytes(b"the user's own")  # not the run's: kept (issue 31)
+    (out / "state.pt.mine.tmp").write_bytes(b"the user's own")
     train_command(command(out, steps=2))
     assert sorted(p.name for p in out.iterdir()) == [
         "config.json",
         "log.json",
         "model.safetensors",
+        "notes.tmp",
         "state.pt",
+        "state.pt.mine.tmp",
         "vocab.json",
     ]
 
@@ -536,3 +540,27 @@ def test_resume_refuses_data_that_changed_and_changes_no_file(tmp_path, changed)
     data.write_text("abcdefgh " * 3000)  # the run's own data: it resumes
     train_command(run + ["--out", str(tmp_path / "run"), "--resume"])
     assert torch.load(tmp_path / "run" / "state.pt", weights_only=True)["step"] == 4
+
+
+def test_a_link_planted_at_run_lock_is_refused_and_its_target_untouched(tmp_path):
+    "Issue 31: the lock is never opened through a symbolic link (it would truncate the file it points to)."
+    out, victim = tmp_path / "run", tmp_path / "precious.txt"
+    out.mkdir()
+    victim.write_text("keep me")
+    (out / "run.lock").symlink_to(victim)
+    with pytest.raises(ValueError, match="run.lock is a symbolic link"):
+        train_command(command(out, steps=2))
+    assert victim.read_text() == "keep me" and (out / "run.lock").is_symlink()
+    assert sorted(p.name for p in out.iterdir()) == ["run.lock"]
+
+
+def test_save_pretrained_replaces_a_planted_link_and_never_writes_through_it(tmp_path):
+    "Issue 31: a link at a final name is replaced by a regular file; the file it pointed to is untouched."
+    victim = tmp_path / "precious.txt"
+    victim.write_text("keep me")
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").symlink_to(victim)
+    TransformerXL(TXLConfig.tiny(n_token=10)).save_pretrained(folder)
+    assert victim.read_text() == "keep me" and not (folder / "config.json").is_symlink()
+    assert from_pretrained(folder).config == TXLConfig.tiny(n_token=10)

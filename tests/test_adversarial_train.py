@@ -79,3 +79,12 @@ def test_evaluate_restores_the_mode_it_found():
     assert model.training
     evaluate(model.eval(), s[:, :-1], s[:, 1:], tgt_len=8)
     assert not model.training
+
+
+def test_train_says_when_the_documents_run_out_before_the_steps():
+    "Issue 31: train() took fewer steps than asked without a word when a finite list of documents ran out."
+    ids = torch.randint(10, (2, 17))
+    model = TransformerXL(TXLConfig.tiny(n_token=10))
+    with pytest.warns(UserWarning, match="train took 2 of 5 steps: the documents ran out"):
+        losses = train(model, [(ids[:, :-1], ids[:, 1:])], steps=5, tgt_len=8)
+    assert len(losses) == 2

@@ -9,11 +9,13 @@ from hypothesis import given, settings, strategies as st
 from txl_lib.attention import rel_shift
 from txl_lib.bench import check_same_function
 from txl_lib.convert import from_original
-from txl_lib.data import CharVocab, batchify, load_corpus, recall_task
+from txl_lib.data import IGNORE, CharVocab, batchify, load_corpus, recall_task
 from txl_lib.memory import update_memory
 from txl_lib.cache import InferenceCache
 from txl_lib.model import TXLConfig, TransformerXL, generate, load_checkpoint, save_checkpoint
 from txl_lib.positions import relative_positions
+from txl_lib.knn import KNNConfig
+from txl_lib.lstm import LSTMConfig
 from txl_lib.training import evaluate, memory_length, stream_documents, train
 from txl_lib.vanilla import VanillaTransformerLM
 
@@ -250,6 +252,18 @@ CASES = [
     ),
     ("evaluate tgt_len 0", lambda e: evaluate(e.model, e.ids, e.ids, 0), ValueError, "tgt_len"),
     (
+        "evaluate with every target IGNORE",
+        lambda e: evaluate(e.model, e.ids, torch.full_like(e.ids, IGNORE), 2),
+        ValueError,
+        "nothing to score",
+    ),
+    (
+        "generate with an int for a generator",
+        lambda e: generate(e.model, e.ids, 2, generator=42),
+        TypeError,
+        "generator must be None or a torch.Generator",
+    ),
+    (
         "memory_length of a vanilla model",
         lambda e: memory_length(VanillaTransformerLM(20, 1, 2, 16, 32), 3).__enter__(),
         TypeError,
@@ -425,3 +439,29 @@ def test_random_inputs_give_a_result_or_a_clean_error(shape, dtype, low, n_mems,
         assert len(str(e)) > 20  # a sentence, not a bare index
         return
     assert out.logits.shape == (*ids.shape, 20)
+
+
+@pytest.mark.parametrize(
+    "config_class, field",
+    [
+        (TXLConfig, f)
+        for f in (
+            "n_token",
+            "n_layer",
+            "n_head",
+            "d_model",
+            "d_head",
+            "d_inner",
+            "tgt_len",
+            "mem_len",
+            "clamp_len",
+        )
+    ]
+    + [(KNNConfig, "knn_capacity"), (KNNConfig, "knn_top_k"), (LSTMConfig, "d_model")],
+)
+def test_a_huge_integer_field_is_refused_naming_the_field_and_the_bound(config_class, field):
+    "Issue 31: 2**64 once passed the checks and crashed inside torch; every integer field has an upper bound."
+    with pytest.raises(
+        ValueError, match=rf"^{field} must be an int <= 2,147,483,647 .*got {2**64}$"
+    ):
+        config_class(**{"n_token": 20, field: 2**64})

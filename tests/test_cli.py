@@ -355,3 +355,25 @@ def test_every_kind_of_model_trains_and_resumes_exactly(tmp_path, kind):
     assert type(model).__name__ == MODEL_OF_KIND[kind[:4]]
     assert resumed["loss"] == straight["loss"] and resumed["final_bits"] == straight["final_bits"]
     assert same(weights(tmp_path / "a"), weights(tmp_path / "b"))
+
+
+def test_a_wrong_typed_set_value_is_one_line_and_exit_status_1():
+    "Issue 31: `--set same_length=1` raised a TypeError that printed a traceback."
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "txl_lib",
+            "train",
+            "--data",
+            "pydoc",
+            "--set",
+            "same_length=1",
+            "--steps",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == "error: --set: same_length must be a bool, got 1"

@@ -121,3 +121,6 @@ def check_model_call(self: nn.Module, input_ids, mems=None, targets=None, cache=
 def check_generate(model, prompt_ids, max_new_tokens, temperature=1.0, top_k=None, generator=None):
     "generate's arguments."
     check_int("max_new_tokens", max_new_tokens); check_sampling(model, prompt_ids, temperature, top_k)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be None or a torch.Generator (e.g. seed_everything(0)), got "
+                        f"{type(generator).__name__}")
