@@ -184,3 +184,21 @@ def test_dropping_newlines_gives_the_original_s_enwik8_stream(server, tmp_path):
         len(dropped.vocab) == len(symbols) == len(kept.vocab) - 1 == 254
     )  # the original's count: no newline
     assert len(kept.test) - len(dropped.test) == data[b:].count(b"\n") > 0
+
+
+def test_a_cached_corpus_that_changed_is_never_trusted(server, tmp_path):
+    "Issue 31: an extracted file of the right size but other bytes (all zeros) was read as the corpus."
+    source = source_for(server)
+    corpus = load_splits("tiny8", tmp_path, download=True, sources={"tiny8": source})
+    extracted = tmp_path / "tiny8" / "tiny8"
+    extracted.write_bytes(bytes(len(DATA)))  # the right size, the wrong bytes
+    again = load_splits("tiny8", tmp_path, download=False, sources={"tiny8": source})
+    assert (
+        torch.equal(again.train, corpus.train) and extracted.read_bytes() == DATA
+    )  # extracted anew
+    extracted.write_bytes(bytes(len(DATA)))
+    (tmp_path / "tiny8" / "tiny8.zip").unlink()  # and no archive to extract it from
+    with pytest.raises(
+        ValueError, match=r"tiny8 is not the pinned tiny8 .* delete .* download it again"
+    ):
+        load_splits("tiny8", tmp_path, download=False, sources={"tiny8": source})

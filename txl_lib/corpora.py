@@ -4,9 +4,9 @@
 
 # %% auto #0
 __all__ = ['SOURCES', 'WORKS', 'check_corpus_files', 'read_utf8', 'check_not_empty', 'check_digest', 'check_held_out', 'Source',
-           'default_cache', 'download', 'file_digest', 'extract', 'copy_verified', 'prepare', 'Corpus', 'byte_ids',
-           'read_text', 'without_symbol', 'Works', 'works_archive', 'fetch_works', 'read_works', 'split_works',
-           'load_splits']
+           'default_cache', 'download', 'file_digest', 'extract', 'is_pinned', 'copy_verified', 'prepare', 'Corpus',
+           'byte_ids', 'read_text', 'without_symbol', 'Works', 'works_archive', 'fetch_works', 'read_works',
+           'split_works', 'load_splits']
 
 # %% ../notebooks/11_training_at_scale.ipynb #c001
 import hashlib, io, os, subprocess, sys, tarfile, tempfile, urllib.request, zipfile
@@ -110,11 +110,20 @@ def file_digest(path, algorithm: str) -> str:
 
 # %% ../notebooks/11_training_at_scale.ipynb #c008
 def extract(source: Source, archive, folder) -> Path:
-    "The verified member of `archive` in `folder` (extracted once; size and digest checked before it is kept)."
+    "The member of `archive` in `folder`, its size and digest checked on every load (a bad copy: extracted again)."
     target = Path(folder) / source.member
-    if not target.is_file():
-        write_atomically(target, lambda out: copy_verified(source, archive, out))
+    if target.is_file() and is_pinned(source, target):
+        return target
+    if target.is_file() and not Path(archive).is_file():
+        raise ValueError(f"{target} is not the pinned {source.member} (its size or digest differs) and {archive} "
+                         f"is gone: delete {target} and download it again (--download)")
+    write_atomically(target, lambda out: copy_verified(source, archive, out))
     return target
+
+def is_pinned(source: Source, path: Path) -> bool:
+    "`path` has the pinned size and digest of `source.member`."
+    algorithm, expected = source.digest.split(":")
+    return os.path.getsize(path) == source.size and file_digest(path, algorithm) == expected
 
 def copy_verified(source: Source, archive, out):
     "Copy `source.member` of the zip `archive` into the open file `out`, hashing on the way; a mismatch raises."
