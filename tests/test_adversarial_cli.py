@@ -7,6 +7,7 @@ import errno
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -564,3 +565,22 @@ def test_save_pretrained_replaces_a_planted_link_and_never_writes_through_it(tmp
     TransformerXL(TXLConfig.tiny(n_token=10)).save_pretrained(folder)
     assert victim.read_text() == "keep me" and not (folder / "config.json").is_symlink()
     assert from_pretrained(folder).config == TXLConfig.tiny(n_token=10)
+
+
+@pytest.mark.parametrize(
+    "edit, lacks",
+    [
+        (lambda s: s.pop("optimizer"), "lacks optimizer"),
+        (lambda s: s["args"].pop("batch_size"), "lacks args['batch_size']"),
+        (lambda s: s["processes"].clear(), "lacks one saved memory per process (1)"),
+    ],
+)
+def test_a_hand_edited_state_is_one_error_naming_the_file(tmp_path, edit, lacks):
+    "Issue 31: a state.pt with a field removed gave a KeyError or an IndexError from deep inside the resume."
+    out = tmp_path / "run"
+    train_command(command(out, steps=2))
+    state = torch.load(out / "state.pt", weights_only=True)
+    edit(state)
+    torch.save(state, out / "state.pt")
+    with pytest.raises(ValueError, match=re.escape(f"state.pt {lacks}")):
+        train_command(command(out, steps=4) + ["--resume"])

@@ -379,3 +379,14 @@ def test_every_name_the_reference_scripts_import_exists():
                 assert not missing, (
                     f"{script.name} imports {missing} from {node.module}, which has no such name"
                 )
+
+
+def test_save_pretrained_is_byte_reproducible(tmp_path):
+    "Issue 31: the safetensors header's key order varied between saves; the same model now saves to the same bytes."
+    model = kind_model("xl", seed=0)
+    saved = {
+        save_pretrained(model, tmp_path / str(i)).joinpath("model.safetensors").read_bytes()
+        for i in range(6)
+    }
+    assert len(saved) == 1
+    assert from_pretrained(tmp_path / "0").state_dict().keys() == model.state_dict().keys()

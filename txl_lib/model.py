@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['FORMAT', 'TXLConfig', 'DecoderLayer', 'init_weights', 'run_layer', 'PretrainedModel', 'TokenEnds', 'TransformerXL',
-           'generate', 'sample', 'weights_sha256', 'save_checkpoint', 'save_pretrained', 'check_saveable',
+           'generate', 'sample', 'weights_sha256', 'save_checkpoint', 'save_pretrained', 'canonical', 'check_saveable',
            'tied_groups', 'check_sha256', 'check_stored_weights', 'check_expected', 'config_of_fields',
            'load_checkpoint']
 
@@ -249,9 +249,16 @@ def save_pretrained(model: nn.Module, folder) -> Path:
     config_json = json.dumps({"model_type": FORMAT, "config_class": type(config).__name__, **asdict(config)}, indent=1)
     metadata = {"format": "pt", "config": config_json, "sha256": weights_sha256(weights)}
     folder.mkdir(parents=True, exist_ok=True)
-    write_atomically(folder / "model.safetensors", safetensors_bytes(weights, metadata=metadata))
+    write_atomically(folder / "model.safetensors", canonical(safetensors_bytes(weights, metadata=metadata)))
     write_atomically(folder / "config.json", config_json.encode())
     return folder
+
+def canonical(data: bytes) -> bytes:
+    "A safetensors file with its JSON header's keys sorted: the same model saves to the same bytes, every time."
+    size = int.from_bytes(data[:8], "little")                   # the library writes the header's keys in any order
+    header = json.dumps(json.loads(data[8 : 8 + size]), sort_keys=True, separators=(",", ":")).encode()
+    header += b" " * (-len(header) % 8)                          # the format pads the header to 8 bytes
+    return len(header).to_bytes(8, "little") + header + data[8 + size :]
 
 def check_saveable(model) -> TXLConfig:
     "The config of a model save_pretrained can write (one build_model builds, with real weights)."
