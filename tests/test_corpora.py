@@ -202,3 +202,21 @@ def test_a_cached_corpus_that_changed_is_never_trusted(server, tmp_path):
         ValueError, match=r"tiny8 is not the pinned tiny8 .* delete .* download it again"
     ):
         load_splits("tiny8", tmp_path, download=False, sources={"tiny8": source})
+
+
+def test_a_device_a_pipe_or_a_huge_file_is_refused_before_reading(tmp_path, monkeypatch):
+    "Issue 31: --data /dev/zero ended in MemoryError and a FIFO hung; only regular files, of a bounded size."
+    import os
+
+    import txl_lib.corpora as corpora
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for path in ("/dev/zero", str(fifo)):
+        with pytest.raises(ValueError, match="is not a regular file"):
+            load_splits(path)
+    text = tmp_path / "big.txt"
+    text.write_text("x" * 20)
+    monkeypatch.setattr(corpora, "MAX_INT", 10)
+    with pytest.raises(ValueError, match="holds 20 bytes, more than the 10 a corpus may have here"):
+        load_splits(str(text))

@@ -15,16 +15,22 @@ from pathlib import Path
 
 import torch
 
-from .utils import progress, write_atomically
+from .utils import MAX_INT, progress, write_atomically
 from .data import CharVocab, load_corpus
 
 # %% ../notebooks/11_training_at_scale.ipynb #c301
 def check_corpus_files(path: Path, files: list[Path]):
-    "A corpus path names an existing file, or a folder with at least one (non-hidden) file."
+    "A corpus path names an existing regular file, or a folder with at least one (non-hidden); at most MAX_INT bytes."
     if not path.exists():
         raise FileNotFoundError(f"corpus {str(path)!r} is neither pydoc, shakespeare, enwik8, text8, a text file nor a folder")
     if not files:
         raise FileNotFoundError(f"corpus folder {path} holds no file (hidden files and folders are skipped)")
+    for file in files:                                   # a device or a pipe would be read forever, or block
+        if not file.is_file():
+            raise ValueError(f"{file} is not a regular file (a device, a pipe or a socket): --data reads text files")
+    if (size := sum(file.stat().st_size for file in files)) > MAX_INT:
+        raise ValueError(f"corpus {path} holds {size:,} bytes, more than the {MAX_INT:,} a corpus may have here: "
+                         f"train on a part of it")
 
 def read_utf8(path: Path) -> str:
     "The text of a UTF-8 file; anything else is an error naming the file."
