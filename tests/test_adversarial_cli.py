@@ -584,3 +584,30 @@ def test_a_hand_edited_state_is_one_error_naming_the_file(tmp_path, edit, lacks)
     torch.save(state, out / "state.pt")
     with pytest.raises(ValueError, match=re.escape(f"state.pt {lacks}")):
         train_command(command(out, steps=4) + ["--resume"])
+
+
+def test_sigterm_stops_a_run_like_ctrl_c_and_leaves_no_lock(tmp_path):
+    "Issue 31: `kill` (SIGTERM) left run.lock behind; the program now exits through its cleanup, status 143."
+    out = tmp_path / "run"
+    program = [
+        sys.executable,
+        "-m",
+        "txl_lib",
+        "train",
+        *SMALL,
+        "--steps",
+        "100000",
+        "--out",
+        str(out),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    running = subprocess.Popen(program, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while (
+        not (out / "run.lock").exists() and time.monotonic() < deadline and running.poll() is None
+    ):
+        time.sleep(0.05)
+    time.sleep(0.5)  # inside the training loop
+    running.send_signal(signal.SIGTERM)
+    assert running.wait(timeout=120) == 128 + signal.SIGTERM, running.stderr.read()
+    assert not (out / "run.lock").exists() and not list(out.glob("*.tmp"))
