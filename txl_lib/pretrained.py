@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from safetensors import SafetensorError, safe_open
+from safetensors import SafetensorError
+from safetensors.torch import load as safetensors_load
 
 from .model import (TXLConfig, TransformerXL, weights_sha256, check_stored_weights, check_expected,
                            load_checkpoint, config_of_fields, FORMAT)
@@ -77,10 +78,11 @@ def read_json_object(path: Path) -> dict:
     return found
 
 def read_safetensors(path: Path) -> tuple[dict, dict]:
-    "The tensors and the metadata of a safetensors file; a corrupt or truncated one is an error naming it."
-    try:
-        with safe_open(path, framework="pt") as f:
-            return {name: f.get_tensor(name) for name in f.keys()}, (f.metadata() or {})
+    "The tensors and metadata of a safetensors file, read at once; a corrupt or truncated one is an error naming it."
+    try:                   # one read: safe_open reads tensors by path later, so a save meanwhile mixed two files
+        data = path.read_bytes()
+        tensors, size = safetensors_load(data), int.from_bytes(data[:8], "little")
+        return tensors, json.loads(data[8 : 8 + size]).get("__metadata__") or {}
     except (SafetensorError, OSError, RuntimeError) as e:
         raise ValueError(f"{path} is not a readable safetensors file (corrupt or truncated?): {e}") from None
 
