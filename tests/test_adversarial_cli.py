@@ -611,3 +611,29 @@ def test_sigterm_stops_a_run_like_ctrl_c_and_leaves_no_lock(tmp_path):
     running.send_signal(signal.SIGTERM)
     assert running.wait(timeout=120) == 128 + signal.SIGTERM, running.stderr.read()
     assert not (out / "run.lock").exists() and not list(out.glob("*.tmp"))
+
+
+def test_an_empty_out_a_meta_device_and_a_missing_checkpoint_are_one_line_each(tmp_path, capsys):
+    "Issue 31: --out '' trained into the current folder, --device meta failed deep inside autocast, and generate"
+    "named neither the missing file nor what it expected."
+    with pytest.raises(SystemExit):
+        parse_args(["--out", ""])
+    assert "--out must name a folder for the run" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="a run trains on cpu, cuda, cuda:N or mps, not on 'meta'"):
+        train_command(command(tmp_path / "run", steps=1) + ["--device", "meta"])
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(
+        FileNotFoundError, match=r"nothing does not exist: pass a run folder .* or a model file"
+    ):
+        generate_command(["--checkpoint", str(tmp_path / "nothing")])
+
+
+def test_files_a_run_writes_have_the_mode_open_gives(tmp_path):
+    "Issue 31: the temporary files of the one writer are 0600 (mkstemp); the kept files get the umask's mode."
+    out = tmp_path / "run"
+    train_command(command(out, steps=2))
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()} == {
+        p.name: 0o666 & ~umask for p in out.iterdir()
+    }

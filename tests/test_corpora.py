@@ -220,3 +220,15 @@ def test_a_device_a_pipe_or_a_huge_file_is_refused_before_reading(tmp_path, monk
     monkeypatch.setattr(corpora, "MAX_INT", 10)
     with pytest.raises(ValueError, match="holds 20 bytes, more than the 10 a corpus may have here"):
         load_splits(str(text))
+
+
+def test_a_download_without_network_names_the_url_and_leaves_no_folder(tmp_path):
+    "Issue 31: --download without network left an empty folder and a message without the URL."
+    source = Source(
+        "tiny8", "http://127.0.0.1:9/tiny8.zip", "tiny8", 10, "sha256:" + "0" * 64, (8, 1, 1)
+    )
+    with pytest.raises(
+        OSError, match=r"could not download http://127.0.0.1:9/tiny8.zip .*fetch it by hand into"
+    ):
+        load_splits("tiny8", tmp_path / "cache", download=True, sources={"tiny8": source})
+    assert not (tmp_path / "cache").exists()

@@ -232,6 +232,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'txl_lib.corpora.copy_verified': ('training_at_scale.html#copy_verified', 'txl_lib/corpora.py'),
                                  'txl_lib.corpora.default_cache': ('training_at_scale.html#default_cache', 'txl_lib/corpora.py'),
                                  'txl_lib.corpora.download': ('training_at_scale.html#download', 'txl_lib/corpora.py'),
+                                 'txl_lib.corpora.download_archive': ('training_at_scale.html#download_archive', 'txl_lib/corpora.py'),
                                  'txl_lib.corpora.extract': ('training_at_scale.html#extract', 'txl_lib/corpora.py'),
                                  'txl_lib.corpora.fetch_works': ('training_at_scale.html#fetch_works', 'txl_lib/corpora.py'),
                                  'txl_lib.corpora.file_digest': ('training_at_scale.html#file_digest', 'txl_lib/corpora.py'),

@@ -43,6 +43,8 @@ def check_command_line(p: argparse.ArgumentParser, args: argparse.Namespace) -> 
             p.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     if args.resume and args.overwrite:
         p.error("--resume continues the run in --out and --overwrite replaces it: give one of them")
+    if not args.out.strip():
+        p.error("--out must name a folder for the run (e.g. runs/mine), got an empty name")
     return args
 
 def check_device(name: str) -> torch.device:
@@ -54,6 +56,8 @@ def check_device(name: str) -> torch.device:
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
         raise ValueError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s) "
                          f"(torch.cuda.is_available() is {torch.cuda.is_available()}); use --device cpu")
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"--device {name}: a run trains on cpu, cuda, cuda:N or mps, not on {device.type!r}")
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"--device {name}: MPS is not available on this machine; use --device cpu")
     return device

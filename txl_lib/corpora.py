@@ -4,12 +4,12 @@
 
 # %% auto #0
 __all__ = ['SOURCES', 'WORKS', 'check_corpus_files', 'read_utf8', 'check_not_empty', 'check_digest', 'check_held_out', 'Source',
-           'default_cache', 'download', 'file_digest', 'extract', 'is_pinned', 'copy_verified', 'prepare', 'Corpus',
-           'byte_ids', 'read_text', 'without_symbol', 'Works', 'works_archive', 'fetch_works', 'read_works',
-           'split_works', 'load_splits']
+           'default_cache', 'download', 'file_digest', 'extract', 'is_pinned', 'copy_verified', 'prepare',
+           'download_archive', 'Corpus', 'byte_ids', 'read_text', 'without_symbol', 'Works', 'works_archive',
+           'fetch_works', 'read_works', 'split_works', 'load_splits']
 
 # %% ../notebooks/11_training_at_scale.ipynb #c001
-import hashlib, io, os, subprocess, sys, tarfile, tempfile, urllib.request, zipfile
+import contextlib, hashlib, io, os, subprocess, sys, tarfile, tempfile, urllib.request, zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,9 +157,21 @@ def prepare(source: Source, cache_dir=None, download_missing: bool = False) -> P
                                     f"`python -m txl_lib train --data {source.name} --download ...` or "
                                     f"prepare(SOURCES[{source.name!r}], download_missing=True), or put "
                                     f"{archive.name} there yourself")
-        download(source.url, archive)
+        download_archive(source, archive)
     folder.mkdir(parents=True, exist_ok=True)
     return extract(source, archive, folder)
+
+def download_archive(source: Source, archive: Path):
+    "`download`, or one error with the URL to fetch by hand; folders made for it and left empty are removed."
+    made = [p for p in [archive.parent, *archive.parent.parents] if not p.exists()]
+    try:
+        download(source.url, archive)
+    except OSError as e:                                  # urllib's URLError is an OSError
+        for folder in made:
+            with contextlib.suppress(OSError):
+                folder.rmdir()                            # only if empty: a partial download is kept, to resume
+        raise OSError(f"could not download {source.url} ({getattr(e, 'reason', e)}): fetch it by hand into "
+                      f"{archive}, or run again with a network") from None
 
 # %% ../notebooks/11_training_at_scale.ipynb #c010
 @dataclass

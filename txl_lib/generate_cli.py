@@ -70,6 +70,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 def run_files(checkpoint: str, vocab: str | None) -> tuple[Path, Path]:
     "What from_pretrained reads (a run folder, or the file given; an earlier version's run: its model.pt), and vocab.json."
     path = Path(checkpoint)
+    if not path.exists():
+        raise FileNotFoundError(f"{checkpoint} does not exist: pass a run folder of `python -m txl_lib train` (it holds "
+                                f"model.safetensors, config.json and vocab.json), or a model file with --vocab")
     if path.is_dir() and not (path / "model.safetensors").is_file() and (path / "model.pt").is_file():
         path = path / "model.pt"                                  # a run folder of an earlier version
     return path, Path(vocab) if vocab else (path if path.is_dir() else path.parent) / "vocab.json"
