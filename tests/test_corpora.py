@@ -232,3 +232,16 @@ def test_a_download_without_network_names_the_url_and_leaves_no_folder(tmp_path)
     ):
         load_splits("tiny8", tmp_path / "cache", download=True, sources={"tiny8": source})
     assert not (tmp_path / "cache").exists()
+
+
+def test_a_download_never_writes_through_a_link_planted_at_its_part_file(server, tmp_path):
+    "Issue 31's kind of fault, searched for elsewhere: the resumable .part file was opened through links."
+    source = source_for(server)
+    folder = tmp_path / "tiny8"
+    folder.mkdir()
+    victim = tmp_path / "precious.txt"
+    victim.write_text("keep me")
+    (folder / "tiny8.zip.part").symlink_to(victim)
+    with pytest.raises(OSError, match="Too many levels of symbolic links"):
+        load_splits("tiny8", tmp_path, download=True, sources={"tiny8": source})
+    assert victim.read_text() == "keep me"

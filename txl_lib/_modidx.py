@@ -238,6 +238,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'txl_lib.corpora.file_digest': ('training_at_scale.html#file_digest', 'txl_lib/corpora.py'),
                                  'txl_lib.corpora.is_pinned': ('training_at_scale.html#is_pinned', 'txl_lib/corpora.py'),
                                  'txl_lib.corpora.load_splits': ('training_at_scale.html#load_splits', 'txl_lib/corpora.py'),
+                                 'txl_lib.corpora.no_link': ('training_at_scale.html#no_link', 'txl_lib/corpora.py'),
                                  'txl_lib.corpora.prepare': ('training_at_scale.html#prepare', 'txl_lib/corpora.py'),
                                  'txl_lib.corpora.read_text': ('training_at_scale.html#read_text', 'txl_lib/corpora.py'),
                                  'txl_lib.corpora.read_utf8': ('training_at_scale.html#read_utf8', 'txl_lib/corpora.py'),

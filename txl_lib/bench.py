@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from .utils import check_int, progress
+from .utils import check_int, progress, write_atomically
 from .training import memory_length, IGNORE
 from .model import TXLConfig, TransformerXL
 from .cache import InferenceCache
@@ -208,7 +208,8 @@ def plot_speedups(records: list[dict], path=None):
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.legend(fontsize=8, loc="upper left")
     if path is not None:
-        fig.savefig(path, bbox_inches="tight")
+        kind = Path(path).suffix[1:] or "png"
+        write_atomically(path, lambda f: fig.savefig(f, format=kind, bbox_inches="tight"))
     return fig
 
 # %% ../notebooks/07_speed_benchmark.ipynb #c013
@@ -406,7 +407,7 @@ def main(argv=None) -> list[dict]:
         records += training_comparison(TXLConfig(n_token=256, n_head=4, mem_len=size["tgt_len"], **size))
         print(format_training(records))
     if args.json:
-        args.json.write_text(json.dumps(records, indent=1))
+        write_atomically(args.json, json.dumps(records, indent=1).encode())
     if args.plot:
         plot_speedups(records, args.plot)
     return records

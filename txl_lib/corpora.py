@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['SOURCES', 'WORKS', 'check_corpus_files', 'read_utf8', 'check_not_empty', 'check_digest', 'check_held_out', 'Source',
-           'default_cache', 'download', 'file_digest', 'extract', 'is_pinned', 'copy_verified', 'prepare',
+           'default_cache', 'no_link', 'download', 'file_digest', 'extract', 'is_pinned', 'copy_verified', 'prepare',
            'download_archive', 'Corpus', 'byte_ids', 'read_text', 'without_symbol', 'Works', 'works_archive',
            'fetch_works', 'read_works', 'split_works', 'load_splits']
 
@@ -85,6 +85,10 @@ def default_cache() -> Path:
     return Path(os.environ.get("TXL_DATA", Path.home() / ".cache" / "txl_lib"))
 
 # %% ../notebooks/11_training_at_scale.ipynb #c006
+def no_link(path, flags: int) -> int:
+    "An opener for `open`: never through a symbolic link (a link planted at the name fails with ELOOP)."
+    return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), 0o666)
+
 def download(url: str, path, chunk: int = 1 << 20) -> Path:
     "Fetch `url` into `path` via `path.part`, resuming a partial download; the rename at the end is atomic."
     path = Path(path)
@@ -97,7 +101,7 @@ def download(url: str, path, chunk: int = 1 << 20) -> Path:
     with urllib.request.urlopen(request) as response:
         resumed = response.status == 206
         total = int(response.headers.get("Content-Length", 0)) + (have if resumed else 0)
-        with open(part, "ab" if resumed else "wb") as f, \
+        with open(part, "ab" if resumed else "wb", opener=no_link) as f, \
                 progress(total=total or None, desc=f"download {path.name} ", updates=20) as bar:
             bar.update(have if resumed else 0)
             while block := response.read(chunk):

@@ -158,8 +158,8 @@ def report_run(build_dir: str = "build") -> list[str]:
             lines += [f"{notebook.stem}: {l[len(HEADLINE):]}" for l in text.splitlines() if l.startswith(HEADLINE)]
             if "image/png" in out.get("data", {}):
                 n_fig += 1
-                (figures / f"{notebook.stem}_{n_fig}.png").write_bytes(base64.b64decode(out["data"]["image/png"]))
-    (build / "timings.md").write_text(timing_table(build_dir) + "\n")
+                write_atomically(figures / f"{notebook.stem}_{n_fig}.png", base64.b64decode(out["data"]["image/png"]))
+    write_atomically(build / "timings.md", (timing_table(build_dir) + "\n").encode())
     print("\n".join(lines))
     print(f"figures: {figures.resolve()}\n\nexecution time of each chapter (build/timings.md):\n{timing_table(build_dir)}")
     return lines
