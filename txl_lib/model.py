@@ -311,10 +311,7 @@ def check_stored_weights(path, state: dict, skeleton: nn.Module):
     if missing or unexpected or wrong:
         raise ValueError(f"{path}: the weights do not fit the stored config: missing {missing[:3]}, "
                          f"unexpected {unexpected[:3]}, wrong shapes {wrong[:3]}")
-    shared = {}
-    for name, parameter in skeleton.named_parameters(remove_duplicate=False):
-        shared.setdefault(id(parameter), []).append(name)
-    for first, *others in shared.values():
+    for first, *others in tied_groups(skeleton):
         for other in others:
             if not torch.equal(state[first], state[other]):
                 raise ValueError(f"{path}: {other} is tied to {first} in this config, but their stored values differ")
