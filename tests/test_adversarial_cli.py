@@ -26,25 +26,10 @@ from txl_lib.model import TXLConfig, TransformerXL, save_checkpoint
 from txl_lib.data import LMOutput, token_loss
 from txl_lib.training import stream_documents, train
 
-SMALL = [
-    "--data",
-    "pydoc",
-    "--batch-size",
-    "4",
-    "--set",
-    "n_layer=1",
-    "--set",
-    "d_model=32",
-    "--set",
-    "d_inner=64",
-    "--set",
-    "tgt_len=16",
-    "--set",
-    "mem_len=16",
-    "--eval-tokens",
-    "200",
-    "--quiet",
-]
+SMALL = (
+    "--data pydoc --batch-size 4 --set n_layer=1 --set d_model=32 --set "
+    "d_inner=64 --set tgt_len=16 --set mem_len=16 --eval-tokens 200 --quiet"
+).split()
 
 
 def command(out, *extra, steps=6):
@@ -219,15 +204,12 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
     (out / "notes.tmp").write_bytes(b"the user's own")  # not the run's: kept (issue 31)
     (out / "state.pt.mine.tmp").write_bytes(b"the user's own")
     train_command(command(out, steps=2))
-    assert sorted(p.name for p in out.iterdir()) == [
-        "config.json",
-        "log.json",
-        "model.safetensors",
-        "notes.tmp",
-        "state.pt",
-        "state.pt.mine.tmp",
-        "vocab.json",
-    ]
+    assert (
+        sorted(p.name for p in out.iterdir())
+        == (
+            "config.json log.json model.safetensors notes.tmp state.pt state.pt.mine.tmp vocab.json"
+        ).split()
+    )
 
 
 def test_a_fresh_run_never_spoils_a_run_already_in_the_folder(tmp_path, monkeypatch):
@@ -521,17 +503,7 @@ def test_resume_refuses_data_that_changed_and_changes_no_file(tmp_path, changed)
     "Issue 31: `--resume` with a --data file whose content changed is refused before any file is written."
     data = tmp_path / "text.txt"
     data.write_text("abcdefgh " * 3000)
-    run = [
-        "--data",
-        str(data),
-        "--preset",
-        "tiny",
-        "--steps",
-        "4",
-        "--eval-tokens",
-        "100",
-        "--quiet",
-    ]
+    run = ["--data", str(data), *"--preset tiny --steps 4 --eval-tokens 100 --quiet".split()]
     train_command(run + ["--stop-after", "2", "--out", str(tmp_path / "run")])
     before = {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()}
     data.write_text(changed)

@@ -32,18 +32,12 @@ pytestmark = pytest.mark.skipif(
     reason="no chromium on PATH: `apt-get install chromium` (as root) "
     "to run the browser tests; .ci/run does it",
 )
-OFFLINE_FLAGS = [
-    "--no-sandbox",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-    "--disable-default-apps",
-    "--disable-extensions",
-    "--metrics-recording-only",
-    "--disable-domain-reliability",
-    "--no-pings",
-]
+OFFLINE_FLAGS = (
+    "--no-sandbox --disable-background-networking --disable-component-update "
+    "--no-first-run --disable-sync --disable-default-apps "
+    "--disable-extensions --metrics-recording-only "
+    "--disable-domain-reliability --no-pings"
+).split()
 
 
 @pytest.fixture(scope="module")

@@ -21,24 +21,10 @@ from txl_lib.data import batchify
 from txl_lib.generate_cli import generate_command, parse_args as generate_args
 from txl_lib.model import save_checkpoint
 
-SMALL = [
-    "--data",
-    "pydoc",
-    "--batch-size",
-    "4",
-    "--set",
-    "n_layer=1",
-    "--set",
-    "d_model=32",
-    "--set",
-    "d_inner=64",
-    "--set",
-    "tgt_len=16",
-    "--set",
-    "mem_len=16",
-    "--eval-tokens",
-    "500",
-]
+SMALL = (
+    "--data pydoc --batch-size 4 --set n_layer=1 --set d_model=32 --set "
+    "d_inner=64 --set tgt_len=16 --set mem_len=16 --eval-tokens 500"
+).split()
 
 
 def weights(folder):
@@ -124,14 +110,7 @@ def test_generate_reads_the_model_pt_of_an_earlier_version_s_run(tmp_path):
 
 
 def test_two_gloo_processes_equal_one_process_on_the_same_global_batch(tmp_path):
-    args = SMALL + [
-        "--steps",
-        "6",
-        "--save-every",
-        "3",
-        "--batch-size",
-        "5",
-    ]  # 3 + 2 streams: an uneven split
+    args = SMALL + "--steps 6 --save-every 3 --batch-size 5".split()  # 3 + 2 streams: uneven
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     one = subprocess.run(
         [sys.executable, "-m", "txl_lib", "train", *args, "--out", str(tmp_path / "one")],
@@ -215,34 +194,11 @@ def test_the_processes_share_the_batch_s_streams_exactly():
 def test_the_whole_test_split_equals_one_long_forward_pass(tmp_path):
     text = tmp_path / "text.txt"
     text.write_text("".join(f"line {i}: the quick brown fox {i * 7 % 13}\n" for i in range(120)))
-    log = train_command(
-        [
-            "--data",
-            str(text),
-            "--batch-size",
-            "4",
-            "--set",
-            "n_layer=1",
-            "--set",
-            "d_model=32",
-            "--set",
-            "d_inner=64",
-            "--set",
-            "tgt_len=8",
-            "--set",
-            "mem_len=8",
-            "--steps",
-            "3",
-            "--eval-split",
-            "test",
-            "--eval-tgt-len",
-            "5",
-            "--eval-mem-len",
-            "64",
-            "--out",
-            str(tmp_path / "run"),
-        ]
-    )
+    settings = (
+        "--batch-size 4 --set n_layer=1 --set d_model=32 --set d_inner=64 --set tgt_len=8 "
+        "--set mem_len=8 --steps 3 --eval-split test --eval-tgt-len 5 --eval-mem-len 64"
+    ).split()
+    log = train_command(["--data", str(text), *settings, "--out", str(tmp_path / "run")])
     model = from_pretrained(tmp_path / "run")
     streams = batchify(load_splits(str(text)).test, 4)  # 4 streams, each shorter than 64 + 5
     with torch.no_grad():  # memory covers everything: no segments
@@ -301,16 +257,9 @@ KINDS = {
     "attn_type=1": ["--set", "attn_type=1"],
     "attn_type=2": ["--set", "attn_type=2"],
     "attn_type=3": ["--set", "attn_type=3", "--set", "d_head=8"],  # 4 heads of 8 = d_model 32
-    "knn_layer=1": [
-        "--set",
-        "n_layer=2",
-        "--set",
-        "knn_layer=1",
-        "--set",
-        "knn_capacity=24",
-        "--set",
-        "knn_top_k=4",
-    ],
+    "knn_layer=1": (
+        "--set n_layer=2 --set knn_layer=1 --set knn_capacity=24 --set knn_top_k=4"
+    ).split(),
     "cutoffs=(20,)": ["--set", "cutoffs=(20,)", "--set", "div_val=2"],
 }
 MODEL_OF_KIND = {

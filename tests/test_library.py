@@ -265,18 +265,10 @@ def test_from_hf_accepts_an_adaptive_model():
 
 
 def test_the_top_level_exports_what_a_user_needs():
-    for name in [
-        "TXLConfig",
-        "TransformerXL",
-        "build_model",
-        "from_pretrained",
-        "save_pretrained",
-        "generate",
-        "CharVocab",
-        "train",
-        "evaluate",
-        "LMOutput",
-    ]:
+    for name in (
+        "TXLConfig TransformerXL build_model from_pretrained save_pretrained "
+        "generate CharVocab train evaluate LMOutput"
+    ).split():
         assert name in txl_lib.__all__ and hasattr(txl_lib, name)
     version = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"][
         "version"
