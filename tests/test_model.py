@@ -245,44 +245,14 @@ def test_reference_run_of_chapter_06_loads_strictly_and_fits_its_budget():
     )  # nothing unaccounted for
 
 
+SIZES = dict(n_token=23, d_model=16, d_head=8, n_head=2, d_inner=32, mem_len=4)  # every kind below
 MODEL_KINDS = {
     "vanilla": lambda: VanillaTransformerLM(23, n_layer=2, n_head=2, d_model=16, d_inner=32),
-    "transformer-xl": lambda: build_model(
-        TXLConfig(n_token=23, d_model=16, d_head=8, n_head=2, d_inner=32, mem_len=4)
-    ),
-    "adaptive": lambda: build_model(
-        AdaptiveConfig(
-            n_token=23,
-            d_model=16,
-            d_head=8,
-            n_head=2,
-            d_inner=32,
-            mem_len=4,
-            cutoffs=(8, 15),
-            div_val=2,
-        )
-    ),
-    "knn": lambda: build_model(
-        KNNConfig(
-            n_token=23,
-            d_model=16,
-            d_head=8,
-            n_head=2,
-            d_inner=32,
-            mem_len=4,
-            knn_layer=1,
-            knn_capacity=16,
-            knn_top_k=4,
-        )
-    ),
+    "transformer-xl": lambda: build_model(TXLConfig(**SIZES)),
+    "adaptive": lambda: build_model(AdaptiveConfig(**SIZES, cutoffs=(8, 15), div_val=2)),
+    "knn": lambda: build_model(KNNConfig(**SIZES, knn_layer=1, knn_capacity=16, knn_top_k=4)),
     **{
-        f"attn_type {t}": (
-            lambda t=t: build_model(
-                VariantConfig(
-                    n_token=23, d_model=16, d_head=8, n_head=2, d_inner=32, mem_len=4, attn_type=t
-                )
-            )
-        )
+        f"attn_type {t}": lambda t=t: build_model(VariantConfig(**SIZES, attn_type=t))
         for t in (1, 2, 3)
     },
 }
