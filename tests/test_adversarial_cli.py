@@ -199,8 +199,10 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     (out / "run.lock").write_text(f"{dead.pid} somewhere\n")
-    (out / "state.ptk3j9x_ab.tmp").write_bytes(b"half")  # what killed saves left (mkstemp's names)
-    (out / "model.safetensorsq0w8e7_z.tmp").write_bytes(b"half")
+    (out / "state.pt3f9a0c1e.tmp").write_bytes(
+        b"half"
+    )  # what killed saves left (the writer's names)
+    (out / "model.safetensors5b7d2e90.tmp").write_bytes(b"half")
     (out / "notes.tmp").write_bytes(b"the user's own")  # not the run's: kept (issue 31)
     (out / "state.pt.mine.tmp").write_bytes(b"the user's own")
     train_command(command(out, steps=2))
@@ -601,7 +603,7 @@ def test_an_empty_out_a_meta_device_and_a_missing_checkpoint_are_one_line_each(t
 
 
 def test_files_a_run_writes_have_the_mode_open_gives(tmp_path):
-    "Issue 31: the temporary files of the one writer are 0600 (mkstemp); the kept files get the umask's mode."
+    "Issue 31: the kept files once had mkstemp's 0600; they get the mode open() gives under the umask."
     out = tmp_path / "run"
     train_command(command(out, steps=2))
     umask = os.umask(0o022)

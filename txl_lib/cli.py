@@ -366,7 +366,7 @@ def load_state(state: dict, model, optimizer, schedule, rank: int, device):
 
 # %% ../notebooks/11a_commands.ipynb #c408
 RUN_FILES = ("state.pt", "model.safetensors", "config.json", "vocab.json", "log.json", "model.pt")
-SAVE_LEFTOVER = re.compile("(" + "|".join(map(re.escape, RUN_FILES)) + r")[a-z0-9_]{8}\.tmp")   # mkstemp's names
+SAVE_LEFTOVER = re.compile("(" + "|".join(map(re.escape, RUN_FILES)) + r")[0-9a-f]{8}\.tmp")   # the one writer's names
 
 @contextlib.contextmanager
 def run_lock(out: Path):
