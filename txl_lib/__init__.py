@@ -16,14 +16,13 @@ from .utils import seed_everything
 from .data import CharVocab, IGNORE, load_corpus, corpus_streams
 from .data import LMOutput, mean_loss
 from .training import train, evaluate, stream_documents
-from .model import TXLConfig, TransformerXL, generate, save_checkpoint, load_checkpoint
+from .model import TXLConfig, TransformerXL, generate, save_checkpoint, load_checkpoint, save_pretrained
 from .cache import InferenceCache
 from .variants import VariantConfig, PositionVariantLM, config_of_type
 from .adaptive import AdaptiveConfig, AdaptiveTransformerXL, WordVocab
 from .knn import KNNConfig, KNNTransformerXL
 from .lstm import LSTMConfig, LSTMLM
 from .convert import from_original
-from .model import save_pretrained
 from .pretrained import build_model, from_pretrained, config_from_dict, from_hf
 _all_ = ["seed_everything", "CharVocab", "IGNORE", "load_corpus", "corpus_streams", "LMOutput", "train", "evaluate",
          "mean_loss", "stream_documents", "TXLConfig", "TransformerXL", "InferenceCache", "generate", "save_checkpoint",

@@ -24,12 +24,11 @@ from torch.nn.parallel import DistributedDataParallel
 from .utils import seed_everything, progress, write_atomically
 from .data import batchify
 from .training import warmup_cosine, evaluate, mean_loss, check_training_args, optimizer_step
-from .model import TXLConfig
+from .model import TXLConfig, save_pretrained
 from .variants import VariantConfig
 from .adaptive import AdaptiveConfig
 from .knn import KNNConfig, KNNMems
 from .corpora import load_splits
-from .model import save_pretrained
 from .pretrained import build_model, config_from_dict
 
 # %% ../notebooks/11a_commands.ipynb #c501
