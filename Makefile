@@ -57,19 +57,22 @@ run: install  ## execute every chapter in a fresh kernel into build/, print each
 	done
 	@$(BIN)/python -c "from txl_lib.utils import report_run; report_run('build')"
 
-export: $(STAMP)  ## export the notebooks' #| export cells into txl_lib/
-	$(BIN)/nbdev-export
+# nbdev writes `__all__` on one long line: ruff format gives the modules the notebooks' own formatting.
+EXPORT := $(BIN)/nbdev-export && $(BIN)/ruff format --quiet txl_lib
+
+export: $(STAMP)  ## export the notebooks' #| export cells into txl_lib/ (then ruff format)
+	$(EXPORT)
 
 sync-check: $(STAMP)  ## fail if txl_lib/ is not exactly what the notebooks export
 	@rm -rf build/txl_lib.before && mkdir -p build && cp -r txl_lib build/txl_lib.before
-	@$(BIN)/nbdev-export
+	@$(EXPORT)
 	@diff -r -x __pycache__ build/txl_lib.before txl_lib \
 	  || { echo "txl_lib/ was out of sync with the notebooks (now exported: review and commit)"; exit 1; }
 	@echo "txl_lib/ is in sync with the notebooks"
 
-lint: $(STAMP)  ## ruff check over the library, the tests and the notebooks (rules in pyproject.toml); tests formatted
+lint: $(STAMP)  ## ruff check and ruff format --check over the library, the tests and the notebooks
 	$(BIN)/ruff check txl_lib tests notebooks
-	$(BIN)/ruff format --check tests
+	$(BIN)/ruff format --check txl_lib tests notebooks
 
 test: install sync-check lint  ## sync check and lint, then pytest: nbval over every notebook plus tests/, one file per worker
 	$(TEST_ENV) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile

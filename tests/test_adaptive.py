@@ -1,5 +1,6 @@
-"""Adaptive embedding and softmax (chapter 09): parity with the HuggingFace port and the original's semantics,
-checkpoint loading, parameter counts, and the model's memory equivalence."""
+"""Adaptive embedding and softmax (chapter 09): parity with the HuggingFace port and the
+original's semantics, checkpoint loading, parameter counts, and the model's memory
+equivalence."""
 
 import dataclasses
 import warnings
@@ -129,7 +130,8 @@ def test_a_pytorch_model_bin_folder_loads_too(tmp_path):
 
 
 def original_nll(state, hidden, target, cutoffs, div_val):
-    "The original's proj_adaptive_softmax, token by token: tail cluster i reads head log-prob column -i."
+    """The original's proj_adaptive_softmax, token by token: tail cluster i reads head log-prob
+    column -i."""
     edges = [0, *cutoffs, V]
     k = next(k for k in range(len(edges) - 1) if edges[k] <= target < edges[k + 1])
 

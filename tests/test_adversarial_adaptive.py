@@ -1,6 +1,7 @@
-"""Chapter 09 under hostile input (issue 17): a folder whose config.json or weights file is another model's, broken or
-truncated; a state dict of the wrong kind; ids outside the vocabulary. Each gets one error that names what was wrong
-(and the file), and changes nothing: no file, no parameter, not the caller's random numbers."""
+"""Chapter 09 under hostile input (issue 17): a folder whose config.json or weights file is
+another model's, broken or truncated; a state dict of the wrong kind; ids outside the
+vocabulary. Each gets one error that names what was wrong (and the file), and changes nothing:
+no file, no parameter, not the caller's random numbers."""
 
 import json
 import warnings
@@ -39,7 +40,8 @@ GPT2_CONFIG = {
 
 @pytest.fixture(scope="module")
 def hf_folder(tmp_path_factory):
-    "A small HuggingFace TransfoXL folder (adaptive softmax, 2 tail clusters) saved by save_pretrained."
+    """A small HuggingFace TransfoXL folder (adaptive softmax, 2 tail clusters) saved by
+    save_pretrained."""
     torch.manual_seed(0)
     config = TransfoXLConfig(
         vocab_size=V,
@@ -70,7 +72,8 @@ def copy_of(folder, tmp_path, **replace):
 
 
 def refused(call, error, *fragments):
-    "`call` raises `error` whose message holds every fragment; the caller's random numbers are left as they were."
+    """`call` raises `error` whose message holds every fragment; the caller's random numbers are
+    left as they were."""
     before = torch.random.get_rng_state()
     with pytest.raises(error) as caught:
         call()

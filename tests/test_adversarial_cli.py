@@ -1,7 +1,8 @@
-"""Issue 17, the training and generation commands (chapters 00b, 11, 11a, 11b): a run folder survives a crash between
-any two writes, a full disk and real kills (it resumes exactly, or refuses clearly); a second run, a fresh run and a
-resume with other arguments cannot spoil a run; bad data, devices and arguments are named before anything is
-written; a loss that is not finite stops the run with its last checkpoint kept."""
+"""Issue 17, the training and generation commands (chapters 00b, 11, 11a, 11b): a run folder
+survives a crash between any two writes, a full disk and real kills (it resumes exactly, or
+refuses clearly); a second run, a fresh run and a resume with other arguments cannot spoil a
+run; bad data, devices and arguments are named before anything is written; a loss that is not
+finite stops the run with its last checkpoint kept."""
 
 import errno
 import json
@@ -41,7 +42,8 @@ def state_weights(folder) -> dict:
 
 
 def model_weights(folder) -> dict:
-    "The weights of the run folder's model copy (config.json + model.safetensors), read by from_pretrained."
+    """The weights of the run folder's model copy (config.json + model.safetensors), read by
+    from_pretrained."""
     return from_pretrained(folder).state_dict()
 
 
@@ -55,14 +57,16 @@ def folder_bytes(folder) -> dict:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    "An uninterrupted 6-step run: the weights and losses every interrupted-then-resumed run must reach exactly."
+    """An uninterrupted 6-step run: the weights and losses every interrupted-then-resumed run must
+    reach exactly."""
     out = tmp_path_factory.mktemp("reference") / "run"
     log = train_command(command(out))
     return model_weights(out), log["loss"]
 
 
 class Crash(BaseException):
-    "An abrupt stop between two writes: no `except Exception` catches it, as nothing catches a kill."
+    """An abrupt stop between two writes: no `except Exception` catches it, as nothing catches a
+    kill."""
 
 
 def crash_after_renames(monkeypatch, n: int):
@@ -79,7 +83,8 @@ def crash_after_renames(monkeypatch, n: int):
 
 
 def resume_exactly_or_refuse(out, reference):
-    "After a crash: --resume continues to the reference weights and losses, or refuses with a clear message."
+    """After a crash: --resume continues to the reference weights and losses, or refuses with a
+    clear message."""
     try:
         log = train_command(command(out, "--resume"))
     except FileNotFoundError as e:
@@ -147,7 +152,8 @@ def test_a_full_disk_keeps_the_last_checkpoint_and_resumes_exactly(
 
 
 def test_real_kills_during_save_every_1_leave_a_run_that_resumes_exactly(tmp_path, reference):
-    "A process that dies (os._exit) between two writes, then one killed with SIGKILL at a random moment."
+    """A process that dies (os._exit) between two writes, then one killed with SIGKILL at a random
+    moment."""
     out, env = tmp_path / "run", {**os.environ, "OMP_NUM_THREADS": "1"}
     script = (
         "import os, sys; from txl_lib import cli; real, count = os.replace, [0]\n"
@@ -261,8 +267,9 @@ def test_overwrite_never_leaves_a_model_beside_another_vocabulary(tmp_path, monk
 
 
 def test_a_run_of_an_earlier_version_loses_its_model_pt_at_the_first_save(tmp_path, reference):
-    """A folder as the command wrote it before (state.pt, model.pt, vocab.json): a fresh run sees a run there, and a
-    resumed one replaces model.pt by config.json + model.safetensors, so no two copies disagree."""
+    """A folder as the command wrote it before (state.pt, model.pt, vocab.json): a fresh run sees
+    a run there, and a resumed one replaces model.pt by config.json + model.safetensors, so no
+    two copies disagree."""
     out = tmp_path / "run"
     train_command(command(out, "--stop-after", "3"))
     save_checkpoint(out / "model.pt", from_pretrained(out), step=3)
@@ -387,7 +394,8 @@ def test_an_exploding_run_stops_and_keeps_its_last_good_checkpoint(tmp_path):
     out = tmp_path / "run"
     with pytest.raises(
         FloatingPointError,
-        match=r"loss became (nan|inf) at step \d+: training stops .* keeps the checkpoint of step \d+",
+        match=r"loss became (nan|inf) at step \d+: training stops .* keeps the checkpoint of "
+        r"step \d+",
     ):
         train_command(command(out, "--lr", "1e6", "--warmup", "0", "--save-every", "1", steps=30))
     state = torch.load(out / "state.pt", weights_only=True)
@@ -502,7 +510,8 @@ def test_the_program_prints_one_line_and_exits_1(tmp_path, capsys):
     ids=["same vocabulary, other text", "another vocabulary"],
 )
 def test_resume_refuses_data_that_changed_and_changes_no_file(tmp_path, changed):
-    "Issue 31: `--resume` with a --data file whose content changed is refused before any file is written."
+    """Issue 31: `--resume` with a --data file whose content changed is refused before any file is
+    written."""
     data = tmp_path / "text.txt"
     data.write_text("abcdefgh " * 3000)
     run = ["--data", str(data), *"--preset tiny --steps 4 --eval-tokens 100 --quiet".split()]
@@ -518,7 +527,8 @@ def test_resume_refuses_data_that_changed_and_changes_no_file(tmp_path, changed)
 
 
 def test_a_link_planted_at_run_lock_is_refused_and_its_target_untouched(tmp_path):
-    "Issue 31: the lock is never opened through a symbolic link (it would truncate the file it points to)."
+    """Issue 31: the lock is never opened through a symbolic link (it would truncate the file it
+    points to)."""
     out, victim = tmp_path / "run", tmp_path / "precious.txt"
     out.mkdir()
     victim.write_text("keep me")
@@ -530,7 +540,8 @@ def test_a_link_planted_at_run_lock_is_refused_and_its_target_untouched(tmp_path
 
 
 def test_save_pretrained_replaces_a_planted_link_and_never_writes_through_it(tmp_path):
-    "Issue 31: a link at a final name is replaced by a regular file; the file it pointed to is untouched."
+    """Issue 31: a link at a final name is replaced by a regular file; the file it pointed to is
+    untouched."""
     victim = tmp_path / "precious.txt"
     victim.write_text("keep me")
     folder = tmp_path / "model"
@@ -550,7 +561,8 @@ def test_save_pretrained_replaces_a_planted_link_and_never_writes_through_it(tmp
     ],
 )
 def test_a_hand_edited_state_is_one_error_naming_the_file(tmp_path, edit, lacks):
-    "Issue 31: a state.pt with a field removed gave a KeyError or an IndexError from deep inside the resume."
+    """Issue 31: a state.pt with a field removed gave a KeyError or an IndexError from deep inside
+    the resume."""
     out = tmp_path / "run"
     train_command(command(out, steps=2))
     state = torch.load(out / "state.pt", weights_only=True)
@@ -561,7 +573,8 @@ def test_a_hand_edited_state_is_one_error_naming_the_file(tmp_path, edit, lacks)
 
 
 def test_sigterm_stops_a_run_like_ctrl_c_and_leaves_no_lock(tmp_path):
-    "Issue 31: `kill` (SIGTERM) left run.lock behind; the program now exits through its cleanup, status 143."
+    """Issue 31: `kill` (SIGTERM) left run.lock behind; the program now exits through its cleanup,
+    status 143."""
     out = tmp_path / "run"
     program = [
         sys.executable,
@@ -588,7 +601,8 @@ def test_sigterm_stops_a_run_like_ctrl_c_and_leaves_no_lock(tmp_path):
 
 
 def test_an_empty_out_a_meta_device_and_a_missing_checkpoint_are_one_line_each(tmp_path, capsys):
-    "Issue 31: --out '' trained into the current folder, --device meta failed deep inside autocast, and generate"
+    """Issue 31: --out '' trained into the current folder, --device meta failed deep inside
+    autocast, and generate"""
     "named neither the missing file nor what it expected."
     with pytest.raises(SystemExit):
         parse_args(["--out", ""])
@@ -603,7 +617,8 @@ def test_an_empty_out_a_meta_device_and_a_missing_checkpoint_are_one_line_each(t
 
 
 def test_files_a_run_writes_have_the_mode_open_gives(tmp_path):
-    "Issue 31: the kept files once had mkstemp's 0600; they get the mode open() gives under the umask."
+    """Issue 31: the kept files once had mkstemp's 0600; they get the mode open() gives under the
+    umask."""
     out = tmp_path / "run"
     train_command(command(out, steps=2))
     umask = os.umask(0o022)

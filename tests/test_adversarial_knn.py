@@ -1,6 +1,7 @@
-"""Issue 17, chapter 10: the KNN store is no hidden state. A call is a function of its inputs and the memory it is
-given: the same (x, mems) twice gives the same outputs, no position sees a later token of its segment, a failed call
-changes nothing, init_mems(B) is mems=None, generate leaves the caller's memory alone, clear takes a bool mask."""
+"""Issue 17, chapter 10: the KNN store is no hidden state. A call is a function of its inputs and
+the memory it is given: the same (x, mems) twice gives the same outputs, no position sees a
+later token of its segment, a failed call changes nothing, init_mems(B) is mems=None, generate
+leaves the caller's memory alone, clear takes a bool mask."""
 
 import copy
 
@@ -12,7 +13,9 @@ from txl_lib.cache import InferenceCache
 from txl_lib.model import generate
 from txl_lib.training import evaluate
 
-# T = 6 > mem_len = 3: every call sends positions of its own segment into the store, the case that broke causality
+# T = 6 > mem_len = 3: every call sends positions of its own segment into the store, the case that
+# broke causality
+
 CONFIG = dict(
     n_token=30,
     n_layer=2,
@@ -43,7 +46,8 @@ def tokens(S, seed=1, B=2):
 
 @torch.no_grad()
 def read(model, x, T=6):
-    "Read x (B, S) in segments of T, memory carried: the logits of every segment and the last memory."
+    """Read x (B, S) in segments of T, memory carried: the logits of every segment and the last
+    memory."""
     mems, logits = None, []
     for segment in x.split(T, dim=1):
         out = model(segment, mems=mems)
@@ -53,7 +57,8 @@ def read(model, x, T=6):
 
 
 def contents(store: KNNMemory) -> list:
-    "What a store holds: per stream its pairs, oldest first (the slots after them are free, not part of it)."
+    """What a store holds: per stream its pairs, oldest first (the slots after them are free, not
+    part of it)."""
     return [store.stored(b) for b in range(store.length.numel())] + [
         store.length.clone(),
         store.next.clone(),
@@ -109,7 +114,8 @@ def test_a_later_token_never_changes_an_earlier_position_also_on_a_second_call(k
 
 
 def test_each_position_equals_the_call_that_stops_there(knn):
-    "Independent computation: the logits at offset t are those of the call on the segment's first t + 1 tokens."
+    """Independent computation: the logits at offset t are those of the call on the segment's first
+    t + 1 tokens."""
     _, mems = read(knn, tokens(12))
     x = tokens(6, seed=4)
     with torch.no_grad():
@@ -145,7 +151,8 @@ def test_generate_in_the_middle_of_a_document_leaves_the_callers_memory_untouche
 
 
 def test_generate_with_the_cache_equals_greedy_steps_without_it(knn):
-    "generate (an InferenceCache, and the store in the memory) against a plain loop of uncached calls."
+    """generate (an InferenceCache, and the store in the memory) against a plain loop of uncached
+    calls."""
     prompt = tokens(5, seed=9, B=2)
     ids = generate(knn, prompt, 9, temperature=0)
     with torch.no_grad():
@@ -237,7 +244,8 @@ def test_a_memory_without_its_store_is_refused(knn):
 
 
 def test_copy_on_write_against_lists_over_random_branches():
-    "Stores made from any earlier store (older ones, cleared ones, full ones) hold what plain lists say they hold."
+    """Stores made from any earlier store (older ones, cleared ones, full ones) hold what plain
+    lists say they hold."""
     g = torch.Generator().manual_seed(12)
     B, C = 3, 7
     versions = [

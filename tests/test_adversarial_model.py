@@ -1,4 +1,5 @@
-"Issue 17, chapter 06: checkpoints that lie, a full disk, generate on hostile models and arguments, the variants' cache."
+"""Issue 17, chapter 06: checkpoints that lie, a full disk, generate on hostile models and
+arguments, the variants' cache."""
 
 import errno, math
 
@@ -32,7 +33,8 @@ def saved(tmp_path):
 
 
 def resave(path, change):
-    "The checkpoint at `path` with its payload changed by `change`, written under a new name (checksum untouched)."
+    """The checkpoint at `path` with its payload changed by `change`, written under a new name
+    (checksum untouched)."""
     payload = torch.load(path, weights_only=True)
     change(payload)
     torch.save(payload, path.with_name("changed.pt"))

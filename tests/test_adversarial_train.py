@@ -1,4 +1,5 @@
-"""Issue 17, the training loop: inputs that used to give a wrong number without a word, hang, or crash deep in torch."""
+"""Issue 17, the training loop: inputs that used to give a wrong number without a word, hang, or
+crash deep in torch."""
 
 import itertools
 
@@ -82,7 +83,8 @@ def test_evaluate_restores_the_mode_it_found():
 
 
 def test_train_says_when_the_documents_run_out_before_the_steps():
-    "Issue 31: train() took fewer steps than asked without a word when a finite list of documents ran out."
+    """Issue 31: train() took fewer steps than asked without a word when a finite list of documents
+    ran out."""
     ids = torch.randint(10, (2, 17))
     model = TransformerXL(TXLConfig.tiny(n_token=10))
     with pytest.warns(UserWarning, match="train took 2 of 5 steps: the documents ran out"):

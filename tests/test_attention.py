@@ -1,4 +1,5 @@
-"""Chapters 02-05 against brute force: update_memory, relative_positions, rel_shift, the masks, the attention layer."""
+"""Chapters 02-05 against brute force: update_memory, relative_positions, rel_shift, the masks,
+the attention layer."""
 
 import math
 
@@ -69,7 +70,8 @@ def test_update_memory_keeps_the_last_positions_detached(B, segment_lengths, mem
 
 @pytest.mark.parametrize("memory_at", [-5, 0, 3])
 def test_vanilla_memory_at_distinct_positions_equals_one_long_forward(memory_at):
-    """Chapter 02's controls: a memory at positions p..p+T-1 and the segment after it is one pass over both."""
+    """Chapter 02's controls: a memory at positions p..p+T-1 and the segment after it is one pass
+    over both."""
     torch.manual_seed(0)
     model = VanillaTransformerLM(11, n_layer=2, n_head=2, d_model=8, d_inner=16).eval()
     previous, current = torch.randint(11, (2, 3, 5))
@@ -80,7 +82,8 @@ def test_vanilla_memory_at_distinct_positions_equals_one_long_forward(memory_at)
 
 
 def originals_same_length_mask(T, M, mem_len):
-    """The original's construction (MemTransformerLM._forward, same_length), restated: triu + tril of ones."""
+    """The original's construction (MemTransformerLM._forward, same_length), restated: triu +
+    tril of ones."""
     ones = torch.ones(T, M + T)
     beyond = M + T - mem_len
     shift = T - beyond if beyond > 0 else T
@@ -96,14 +99,17 @@ def test_same_length_mask_equals_the_originals(T, M, mem_len):
     )
     if mem_len > 0:
         assert torch.equal(ours, original)
-    else:  # the original hides every key, the query itself included (a NaN softmax); we keep the query visible
+    # the original hides every key, the query itself included (a NaN softmax); we keep the query
+    # visible
+    else:
         query_itself = torch.ones(T, M + T).triu(M).tril(M) > 0  # key j = M + i
         assert original.all() and torch.equal(ours, original & ~query_itself)
     assert ((~ours).sum(1) == torch.arange(M + 1, M + T + 1).clamp(max=max(mem_len, 1))).all()
 
 
 def reference_attention(layer, x, mem, u, v, same_length, mem_len):
-    """Independent reference: absolute key index j, distance M+i-j, R_{i-j} from the closed form, one (i, j) at a time."""
+    """Independent reference: absolute key index j, distance M+i-j, R_{i-j} from the closed form,
+    one (i, j) at a time."""
     B, T, E = x.shape
     M, H, D = mem.size(1), layer.n_head, layer.d_head
     h = torch.cat([mem, x], 1)

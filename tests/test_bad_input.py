@@ -1,4 +1,5 @@
-"""Bad input at every public entry point: one clear error, and no state changed (model, memories, files)."""
+"""Bad input at every public entry point: one clear error, and no state changed (model, memories,
+files)."""
 
 from types import SimpleNamespace
 
@@ -460,7 +461,8 @@ def test_random_inputs_give_a_result_or_a_clean_error(shape, dtype, low, n_mems,
     + [(KNNConfig, "knn_capacity"), (KNNConfig, "knn_top_k"), (LSTMConfig, "d_model")],
 )
 def test_a_huge_integer_field_is_refused_naming_the_field_and_the_bound(config_class, field):
-    "Issue 31: 2**64 once passed the checks and crashed inside torch; every integer field has an upper bound."
+    """Issue 31: 2**64 once passed the checks and crashed inside torch; every integer field has an
+    upper bound."""
     with pytest.raises(
         ValueError, match=rf"^{field} must be an int <= 2,147,483,647 .*got {2**64}$"
     ):

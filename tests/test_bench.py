@@ -1,5 +1,6 @@
-"""The benchmark's correctness part, counted arithmetic and JSON schema (never its speed), the inference cache it
-relies on, and the README's speed tables against the run stored in chapter 07."""
+"""The benchmark's correctness part, counted arithmetic and JSON schema (never its speed), the
+inference cache it relies on, and the README's speed tables against the run stored in chapter
+07."""
 
 import json
 import math
@@ -85,7 +86,8 @@ def test_quick_benchmark_writes_the_documented_records(tmp_path):
 
 
 def test_counted_flops_follow_the_cost_formula():
-    "The counter against the matrix products of one call written out by hand: E = 64, F = 128, H·D = 64, V = 256."
+    """The counter against the matrix products of one call written out by hand: E = 64, F = 128, H·D
+    = 64, V = 256."""
     E, F, HD, V, n_layer, L, T, B = 64, 128, 64, 256, 2, 40, 8, 2
     model = bench_model(n_layer=n_layer, d_model=E, n_head=2, d_head=32, d_inner=F)
     flops = count_flops(readers(model, L, T, B))
@@ -115,7 +117,9 @@ def test_the_check_catches_a_procedure_that_computes_something_else():
     model = bench_model(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64)
     tokens = torch.randint(256, (2, 40), generator=torch.Generator().manual_seed(0))
     assert check_same_function(model, tokens, 40, 8) <= 1e-4
-    # a memory shorter than the context forgets: the logits of late tokens must differ from recomputing
+    # a memory shorter than the context forgets: the logits of late tokens must differ from
+    # recomputing
+
     short = cached_logits(model, tokens, 8, 8)
     assert (short - recompute_logits(model, tokens, 40)).abs().max() > 1e-3
 
@@ -247,7 +251,8 @@ def test_quick_keeps_the_sizes_the_command_line_gives():
 
 
 def test_every_generate_record_carries_its_batch_and_the_bandwidth_floor(tmp_path):
-    "Each generate record: its batch, and the floor at the bandwidth measured in the same run (in the meta record)."
+    """Each generate record: its batch, and the floor at the bandwidth measured in the same run (in
+    the meta record)."""
     records = bench.main(
         [
             "--quick",
@@ -277,7 +282,8 @@ def test_every_generate_record_carries_its_batch_and_the_bandwidth_floor(tmp_pat
 
 
 def test_the_floor_counts_the_bytes_a_cached_step_reads():
-    "Keys and values of the memory, W_r·R, the weights of each layer and the read-out, in float32: counted from the model."
+    """Keys and values of the memory, W_r·R, the weights of each layer and the read-out, in float32:
+    counted from the model."""
     model = bench.bench_model(n_layer=2, d_model=64, n_head=2, d_head=32, d_inner=256)
     weights = sum(
         p.numel()

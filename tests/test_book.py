@@ -1,7 +1,8 @@
-"""The book (`make html`: MkDocs, mkdocs.yml and docs/hooks.py) from the outside: every chapter a page in reading
-order, an API page per module, the notebook's machinery (nbdev directives, nbval markers, prompts, hidden cells) out
-of the text, display maths handed to MathJax, figures kept, every page under 1 MB. The README's chapter table lists
-the notebooks. The site is built once per session (`built_book`, shared with tests/test_browser.py)."""
+"""The book (`make html`: MkDocs, mkdocs.yml and docs/hooks.py) from the outside: every chapter a
+page in reading order, an API page per module, the notebook's machinery (nbdev directives,
+nbval markers, prompts, hidden cells) out of the text, display maths handed to MathJax,
+figures kept, every page under 1 MB. The README's chapter table lists the notebooks. The site
+is built once per session (`built_book`, shared with tests/test_browser.py)."""
 
 import ast
 import functools
@@ -16,7 +17,9 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# gitignored; `make html` writes build/html/. One folder per pytest-xdist worker: two builds never share one.
+# gitignored; `make html` writes build/html/. One folder per pytest-xdist worker: two builds never
+# share one.
+
 BOOK_DIR = ROOT / "build" / f"book-test-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
 
 
@@ -32,7 +35,8 @@ hooks = _load_hooks()
 
 @functools.cache
 def built_book() -> Path:
-    "Build the book once per session into build/book-test/, as `make html` does (strict: a warning fails)."
+    """Build the book once per session into build/book-test/, as `make html` does (strict: a warning
+    fails)."""
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     run = subprocess.run(
         [
@@ -54,7 +58,8 @@ def built_book() -> Path:
     )
     if run.returncode:
         pytest.fail(
-            f"mkdocs build failed (pip install -e .[docs]; npm is needed once for MathJax):\n{run.stderr[-3000:]}"
+            "mkdocs build failed (pip install -e .[docs]; npm is needed once for "
+            f"MathJax):\n{run.stderr[-3000:]}"
         )
     return BOOK_DIR
 
@@ -93,7 +98,8 @@ def maths_or_code(tag) -> bool:  # what MathJax typesets, and code, may hold dol
     return tag.name in ("pre", "code") or "arithmatex" in (tag.get("class") or [])
 
 
-# ---- the reading order ------------------------------------------------------------------------------------------
+# ---- the reading order
+# ------------------------------------------------------------------------------------------
 
 
 def test_readme_chapter_table_matches_the_notebooks():
@@ -143,7 +149,9 @@ def test_the_home_page_lists_every_chapter(site):
     ]
 
 
-# ---- what the pages hold -----------------------------------------------------------------------------------------
+# ---- what the pages hold
+# -----------------------------------------------------------------------------------------
+
 
 MACHINERY = [
     (re.compile(r"(?:^|\s)#\| ?[a-z][\w-]*"), "an nbdev directive"),
@@ -159,7 +167,8 @@ def test_no_directive_marker_or_prompt_in_the_text(site):
         for pattern, what in MACHINERY:
             found = pattern.search(text)
             assert found is None, (
-                f"{path.stem}: {what} in the text: ...{text[max(0, found.start() - 60) : found.end() + 60]}..."
+                f"{path.stem}: {what} in the text: "
+                f"...{text[max(0, found.start() - 60) : found.end() + 60]}..."
             )
 
 
@@ -246,7 +255,8 @@ def test_an_api_page_per_module_documents_what_it_defines(site):
             )  # markdown renders `x` as <code>
 
 
-# ---- the hook's rules, on a notebook made here --------------------------------------------------------------------
+# ---- the hook's rules, on a notebook made here
+# --------------------------------------------------------------------
 
 
 def test_hidden_cells_directives_and_markers_leave_the_book_title_first():

@@ -1,8 +1,9 @@
-"""The reading experience in a real browser: the book (`make html`, MkDocs) and JupyterLab, in headless Chromium.
+"""The reading experience in a real browser: the book (`make html`, MkDocs) and JupyterLab, in
+headless Chromium.
 
-Chromium comes from the system (Debian's `chromium`, which `.ci/run` installs); no browser is ever downloaded, and
-the browser is kept off the network: its own background traffic is switched off and every request that is not for
-our pages is aborted."""
+Chromium comes from the system (Debian's `chromium`, which `.ci/run` installs); no browser is ever
+downloaded, and the browser is kept off the network: its own background traffic is switched off and
+every request that is not for our pages is aborted."""
 
 import os
 import re
@@ -35,8 +36,7 @@ pytestmark = pytest.mark.skipif(
 OFFLINE_FLAGS = (
     "--no-sandbox --disable-background-networking --disable-component-update "
     "--no-first-run --disable-sync --disable-default-apps "
-    "--disable-extensions --metrics-recording-only "
-    "--disable-domain-reliability --no-pings"
+    "--disable-extensions --metrics-recording-only --disable-domain-reliability --no-pings"
 ).split()
 
 
@@ -77,7 +77,8 @@ def first_chapter_with(pattern: str):
 
 
 def open_offline(browser_context, site):
-    "A page that may load only the book's own files, and the list of everything else it tried to load."
+    """A page that may load only the book's own files, and the list of everything else it tried to
+    load."""
     blocked, errors = [], []
     base = site.as_uri() + "/"
     browser_context.route(
@@ -109,8 +110,8 @@ def test_the_book_in_chromium_offline_maths_figures_search(browser_context, site
     )
     assert display.first.bounding_box()["height"] > 10
     prose = page.locator("article").evaluate(
-        "el => { const c = el.cloneNode(true); c.querySelectorAll('pre, code, mjx-container').forEach(n => n.remove());"
-        " return c.textContent }"
+        "el => { const c = el.cloneNode(true); c.querySelectorAll('pre, code, "
+        "mjx-container').forEach(n => n.remove()); return c.textContent }"
     )
     assert not re.search(r"\$\$|\\\[|\\\(", prose), (
         "maths left as LaTeX source"

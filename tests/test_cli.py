@@ -1,6 +1,7 @@
-"""The training and generation commands (chapters 11a, 11b): a few steps on pydoc, exact resume, two DDP processes
-on gloo (an uneven split) against one process on the same global batch, the whole test split against one long
-forward pass, the README's commands as written, and bad arguments."""
+"""The training and generation commands (chapters 11a, 11b): a few steps on pydoc, exact resume,
+two DDP processes on gloo (an uneven split) against one process on the same global batch, the
+whole test split against one long forward pass, the README's commands as written, and bad
+arguments."""
 
 import json
 import math
@@ -28,7 +29,8 @@ SMALL = (
 
 
 def weights(folder):
-    "The weights of a run folder's model copy (config.json + model.safetensors), as from_pretrained reads them."
+    """The weights of a run folder's model copy (config.json + model.safetensors), as
+    from_pretrained reads them."""
     return from_pretrained(folder).state_dict()
 
 
@@ -210,7 +212,8 @@ def test_the_whole_test_split_equals_one_long_forward_pass(tmp_path):
 
 
 def readme_commands(section: str = "### Training from the command line") -> list[list[str]]:
-    "The commands of the README's first bash block after `section`, continuation lines joined, comments dropped."
+    """The commands of the README's first bash block after `section`, continuation lines joined,
+    comments dropped."""
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     block = readme.split(section, 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
     return [
@@ -291,7 +294,8 @@ def test_set_picks_the_config_of_the_chapter_its_fields_come_from():
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_kind_of_model_trains_and_resumes_exactly(tmp_path, kind):
-    "The original's attention types (08), the adaptive softmax (09) and the KNN memory (10), by chapter 12's build_model."
+    """The original's attention types (08), the adaptive softmax (09) and the KNN memory (10), by
+    chapter 12's build_model."""
     argv = SMALL + KINDS[kind] + ["--steps", "6", "--quiet"]
     straight = train_command(argv + ["--out", str(tmp_path / "a")])
     train_command(argv + ["--out", str(tmp_path / "b"), "--stop-after", "3"])

@@ -1,6 +1,6 @@
-"""Corpora (chapter 11), offline: a local HTTP server that honours Range requests serves a small archive the test
-makes; download, resume, verification, atomicity, splits, local files and folders, the
-original's enwik8 stream without newlines."""
+"""Corpora (chapter 11), offline: a local HTTP server that honours Range requests serves a small
+archive the test makes; download, resume, verification, atomicity, splits, local files and
+folders, the original's enwik8 stream without newlines."""
 
 import hashlib
 import http.server
@@ -18,7 +18,8 @@ DATA = (
 
 
 class RangeHandler(http.server.BaseHTTPRequestHandler):
-    "Serves the server's `files` {path: bytes}; honours `Range: bytes=N-` unless the server says not to."
+    """Serves the server's `files` {path: bytes}; honours `Range: bytes=N-` unless the server says
+    not to."""
 
     def do_GET(self):
         body = self.server.files.get(self.path)
@@ -156,9 +157,9 @@ def test_local_files_and_folders(tmp_path):
 
 
 def original_stream(part: bytes) -> list[int]:
-    """The original's enwik8 pipeline on one split, transcribed: prep_enwik8.py writes the bytes as numbers with a
-    line break for each newline byte; the original's Vocab reads the lines, strips and splits them, adds no end of
-    line (add_eos=False)."""
+    """The original's enwik8 pipeline on one split, transcribed: prep_enwik8.py writes the bytes
+    as numbers with a line break for each newline byte; the original's Vocab reads the lines,
+    strips and splits them, adds no end of line (add_eos=False)."""
     text = " ".join(str(c) if c != ord("\n") else "\n" for c in part)
     return [
         int(symbol) for line in text.splitlines(keepends=True) for symbol in line.strip().split()
@@ -187,7 +188,8 @@ def test_dropping_newlines_gives_the_original_s_enwik8_stream(server, tmp_path):
 
 
 def test_a_cached_corpus_that_changed_is_never_trusted(server, tmp_path):
-    "Issue 31: an extracted file of the right size but other bytes (all zeros) was read as the corpus."
+    """Issue 31: an extracted file of the right size but other bytes (all zeros) was read as the
+    corpus."""
     source = source_for(server)
     corpus = load_splits("tiny8", tmp_path, download=True, sources={"tiny8": source})
     extracted = tmp_path / "tiny8" / "tiny8"
@@ -205,7 +207,8 @@ def test_a_cached_corpus_that_changed_is_never_trusted(server, tmp_path):
 
 
 def test_a_device_a_pipe_or_a_huge_file_is_refused_before_reading(tmp_path, monkeypatch):
-    "Issue 31: --data /dev/zero ended in MemoryError and a FIFO hung; only regular files, of a bounded size."
+    """Issue 31: --data /dev/zero ended in MemoryError and a FIFO hung; only regular files, of a
+    bounded size."""
     import os
 
     import txl_lib.corpora as corpora
@@ -235,7 +238,8 @@ def test_a_download_without_network_names_the_url_and_leaves_no_folder(tmp_path)
 
 
 def test_a_download_never_writes_through_a_link_planted_at_its_part_file(server, tmp_path):
-    "Issue 31's kind of fault, searched for elsewhere: the resumable .part file was opened through links."
+    """Issue 31's kind of fault, searched for elsewhere: the resumable .part file was opened through
+    links."""
     source = source_for(server)
     folder = tmp_path / "tiny8"
     folder.mkdir()

@@ -1,4 +1,5 @@
-"""Data helpers: bad input is refused clearly; streams and segments cover every token once, in order."""
+"""Data helpers: bad input is refused clearly; streams and segments cover every token once, in
+order."""
 
 import pytest
 import torch
@@ -98,8 +99,8 @@ def test_sort_targets_are_the_sorted_digits():
 
 
 def originals_ordered_batches(ids, batch_size, bptt):
-    """The original's LMOrderedIterator (data_utils.py, ext_len = 0), restated: time-major (steps, B) streams, fixed
-    bptt, the last batch shorter."""
+    """The original's LMOrderedIterator (data_utils.py, ext_len = 0), restated: time-major
+    (steps, B) streams, fixed bptt, the last batch shorter."""
     n_step = len(ids) // batch_size
     data = (
         ids[: n_step * batch_size].view(batch_size, n_step).t()

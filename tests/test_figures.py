@@ -1,7 +1,8 @@
-"""The house style of every chapter, read from the committed notebooks (issue 19: chapters a reader reads top to
-bottom): a `# Title` right after the `#| default_exp` cell, no code cell over 40 lines (a cell of one whole class
-up to 60), cell tags rather than `# NBVAL_...` comments, a stored figure in every main chapter 01-10, and (issue 30)
-classes and functions written whole: nothing attaches a method to a class, wraps or rebinds a function after its
+"""The house style of every chapter, read from the committed notebooks (issue 19: chapters a
+reader reads top to bottom): a `# Title` right after the `#| default_exp` cell, no code cell
+over 40 lines (a cell of one whole class up to 60), cell tags rather than `# NBVAL_...`
+comments, a stored figure in every main chapter 01-10, and (issue 30) classes and functions
+written whole: nothing attaches a method to a class, wraps or rebinds a function after its
 definition, or sets a dataclass's `__post_init__` from outside its body."""
 
 import ast
@@ -24,7 +25,9 @@ PATCHING = re.compile(
     r"|\bfor \w+ in \((?:[A-Z]\w*, )+[A-Z]\w*\):\s*(?:#.*)?\n\s+\w+\.\w+ = "
 )
 
-# Chapters that still break the house style: each is expected to fail (strictly, so that fixing one makes the
+# Chapters that still break the house style: each is expected to fail (strictly, so that fixing one
+# makes the
+
 # suite say so). Empty this list as the chapters are fixed.
 NOT_YET_FIXED: list[str] = []
 
@@ -76,8 +79,8 @@ def style_problems(path: Path) -> list[str]:
             problems.append(f"cell {i} ({cell.get('id')}) has a `# NBVAL` comment: use a cell tag")
         if cell["cell_type"] == "code" and PATCHING.search(source(cell)):
             problems.append(
-                f"cell {i} ({cell.get('id')}) attaches, wraps or rebinds code after its definition: "
-                f"{PATCHING.search(source(cell)).group()}"
+                f"cell {i} ({cell.get('id')}) attaches, wraps or rebinds code after its "
+                f"definition: {PATCHING.search(source(cell)).group()}"
             )
     if MAIN_CHAPTER.match(path.name):
         outputs = [

@@ -1,6 +1,7 @@
-"""KNN memory (chapter 10): the store against brute force, eviction, capacity, stream isolation, clear; the layer
-reduces to XL attention; nothing is attended twice; gradients stop at the store; Transformer-XL's reach (N M + offset)
-against the store's; the reference run's files and their loader."""
+"""KNN memory (chapter 10): the store against brute force, eviction, capacity, stream isolation,
+clear; the layer reduces to XL attention; nothing is attended twice; gradients stop at the
+store; Transformer-XL's reach (N M + offset) against the store's; the reference run's files
+and their loader."""
 
 import importlib.util
 import json

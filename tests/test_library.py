@@ -1,4 +1,5 @@
-"""Chapter 12: one factory, one save/load in safetensors + config.json, generate for every kind, the top level."""
+"""Chapter 12: one factory, one save/load in safetensors + config.json, generate for every kind,
+the top level."""
 
 import json, re, tomllib
 from pathlib import Path
@@ -311,7 +312,8 @@ def test_the_readme_example_runs_as_written(tmp_path, monkeypatch, capsys):
 
 
 def test_no_import_circle_between_the_modules():
-    "Every `from .x import` / `from txl_lib.x import` (also inside functions): the graph of modules has no cycle."
+    """Every `from .x import` / `from txl_lib.x import` (also inside functions): the graph of
+    modules has no cycle."""
     import ast
 
     graph = {}
@@ -360,7 +362,8 @@ def test_chapter_06a_reads_a_type_0_config_and_sends_an_adaptive_one_to_chapter_
 
 
 def test_every_name_the_reference_scripts_import_exists():
-    "`make reference` runs for hours: a name it imports that a chapter moved must fail here, in seconds."
+    """`make reference` runs for hours: a name it imports that a chapter moved must fail here, in
+    seconds."""
     import ast, importlib
 
     for script in sorted((Path(__file__).parents[1] / "reference").glob("*.py")):
@@ -374,7 +377,8 @@ def test_every_name_the_reference_scripts_import_exists():
 
 
 def test_save_pretrained_is_byte_reproducible(tmp_path):
-    "Issue 31: the safetensors header's key order varied between saves; the same model now saves to the same bytes."
+    """Issue 31: the safetensors header's key order varied between saves; the same model now saves
+    to the same bytes."""
     model = kind_model("xl", seed=0)
     saved = {
         save_pretrained(model, tmp_path / str(i)).joinpath("model.safetensors").read_bytes()
@@ -385,7 +389,8 @@ def test_save_pretrained_is_byte_reproducible(tmp_path):
 
 
 def test_a_folder_being_saved_over_is_read_whole_or_not_at_all(tmp_path):
-    "Issue 31: reading while another process saved gave 'corrupt sha256' (18 of 600 reads): tensors came from two files."
+    """Issue 31: reading while another process saved gave 'corrupt sha256' (18 of 600 reads):
+    tensors came from two files."""
     import subprocess
     import sys
 

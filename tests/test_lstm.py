@@ -1,5 +1,6 @@
-"""The LSTM baseline (chapter 06c) against independent computations: the LSTM equations written as a loop, one pass
-over the whole text, greedy decoding by recomputing the prefix; and its place in the library (save and load)."""
+"""The LSTM baseline (chapter 06c) against independent computations: the LSTM equations written
+as a loop, one pass over the whole text, greedy decoding by recomputing the prefix; and its
+place in the library (save and load)."""
 
 import pytest
 import torch
@@ -10,7 +11,8 @@ from txl_lib.utils import seed_everything
 
 
 def lstm_by_the_equations(model: LSTMLM, ids: torch.Tensor) -> torch.Tensor:
-    "Logits (B, T, V) from the paper-style equations, one position and one layer at a time, with the model's weights."
+    """Logits (B, T, V) from the paper-style equations, one position and one layer at a time, with
+    the model's weights."""
     c, lstm = model.config, model.lstm
     B, T = ids.shape
     h = [torch.zeros(B, c.d_model) for _ in range(c.n_layer)]

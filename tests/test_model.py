@@ -1,4 +1,5 @@
-"""The full model: parity with the HuggingFace port of the original code, memory equivalences, parameter count."""
+"""The full model: parity with the HuggingFace port of the original code, memory equivalences,
+parameter count."""
 
 import warnings
 
@@ -215,7 +216,8 @@ def test_checkpoint_round_trip_and_bad_files(tmp_path):
 
 
 def test_reference_run_of_chapter_06_loads_strictly_and_fits_its_budget():
-    "Every model of reference/06_model loads strictly into the model its log describes; the files stay under 4 MB."
+    """Every model of reference/06_model loads strictly into the model its log describes; the files
+    stay under 4 MB."""
     import json
     from pathlib import Path
     from safetensors.torch import load_file
@@ -293,7 +295,8 @@ def test_every_model_gives_the_mean_loss_to_train_on(kind):
 
 
 def step_gradients_and_saved_bytes(model, checkpointed, tokens, seed=3):
-    "Every parameter's gradient after a two-segment training step, and the bytes of the activations saved for it."
+    """Every parameter's gradient after a two-segment training step, and the bytes of the
+    activations saved for it."""
     from txl_lib.bench import saved_tensor_bytes
 
     model.zero_grad()

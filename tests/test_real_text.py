@@ -1,5 +1,5 @@
-"""Chapter 06d's reader of the reference run's results, and chapter 00's comparison rule, against hand-made files and a
-hand computation."""
+"""Chapter 06d's reader of the reference run's results, and chapter 00's comparison rule, against
+hand-made files and a hand computation."""
 
 import json
 import math
@@ -67,7 +67,8 @@ def test_compare_follows_the_rule_of_twice_the_spread():
 
 
 def test_the_readme_quotes_the_claims_the_last_chapter_printed():
-    "Every row of the README's table of claims measured on Shakespeare is a line chapter 12a printed in its stored run."
+    """Every row of the README's table of claims measured on Shakespeare is a line chapter 12a
+    printed in its stored run."""
     root = Path(__file__).parents[1]
     notebook = json.loads((root / "notebooks" / "12a_top_level.ipynb").read_text())
     printed = "".join(
@@ -85,7 +86,8 @@ def test_the_readme_quotes_the_claims_the_last_chapter_printed():
 
 
 def test_claims_table_verdicts_on_a_run_built_by_hand(tmp_path):
-    "A run whose numbers are chosen: each verdict as worked out by hand, RECL from tables with known knees."
+    """A run whose numbers are chosen: each verdict as worked out by hand, RECL from tables with
+    known knees."""
     bpc = {
         "xl": [2.0, 2.01, 2.02],
         "vanilla": [2.5, 2.51, 2.52],

@@ -61,7 +61,9 @@ GROUP = {"S": [[1], [1], [1]], "L": [[3], [1.5], [1.5]]}
 
 
 def test_the_min_clipping_changes_the_answer():
-    # A is worse than the baseline on token 0 at c = 2 and better on token 1: with the min it gains 1 - e^-0.5.
+    # A is worse than the baseline on token 0 at c = 2 and better on token 1: with the min it gains
+    # 1 - e^-0.5.
+
     assert (
         recl_by_the_formulas(CLIPPED, [1, 2, 3])
         == recl(as_tensors(CLIPPED), [1, 2, 3])
@@ -177,7 +179,8 @@ def test_key_value_stream_pairs_each_key_with_its_current_value():
 
 
 def oracle_by_scanning(stream, t, c, K, V, q):
-    "-log p of stream[t] for the predictor that knows the process and sees stream[t-c:t], one token at a time."
+    """-log p of stream[t] for the predictor that knows the process and sees stream[t-c:t], one
+    token at a time."""
     token = stream[t]
     if token < K:
         return math.log(K)
@@ -250,7 +253,8 @@ def test_bad_stream_arguments_are_refused(call, match):
 
 
 def test_recl_by_seed_is_each_seeds_group_apart_and_names_a_missing_table():
-    "Seed by seed, the RECL of the group {a, b} of that seed's tables; a missing table is one clear error."
+    """Seed by seed, the RECL of the group {a, b} of that seed's tables; a missing table is one
+    clear error."""
     generator = torch.Generator().manual_seed(0)
     tables = {
         f"{m}-seed{s}": torch.rand(4, 20, generator=generator) * 3 for m in "ab" for s in (0, 1)

@@ -1,10 +1,11 @@
-"""The original's attention types 0-3 against a slow transcription of its code, plus memory, shapes and refusals.
+"""The original's attention types 0-3 against a slow transcription of its code, plus memory, shapes
+and refusals.
 
-`original_lm` below is written from a reading of kimiyoung/transformer-xl, pytorch/mem_transformer.py
-(`MemTransformerLM._forward`, `MultiHeadAttn`, `RelLearnableMultiHeadAttn`, `RelPartialLearnableMultiHeadAttn`,
-`PositionwiseFF`, `_update_mems`), one query, key and head at a time, with no code of txl_lib.variants. It reads
-the weights of our model by name, so that both compute with the same numbers.
-"""
+`original_lm` below is written from a reading of kimiyoung/transformer-xl,
+pytorch/mem_transformer.py (`MemTransformerLM._forward`, `MultiHeadAttn`,
+`RelLearnableMultiHeadAttn`, `RelPartialLearnableMultiHeadAttn`, `PositionwiseFF`, `_update_mems`),
+one query, key and head at a time, with no code of txl_lib.variants. It reads the weights of our
+model by name, so that both compute with the same numbers."""
 
 import math
 
@@ -35,13 +36,16 @@ def perturbed(model):
 
 
 class Halve(nn.Module):
-    "A deterministic stand-in for the model's embedding/output dropout, to see where the dropout is applied."
+    """A deterministic stand-in for the model's embedding/output dropout, to see where the dropout
+    is applied."""
 
     def forward(self, x):
         return 0.5 * x
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
+# --------------
+
 # The original, transcribed slowly (single sequence, lists of vectors, explicit loops)
 
 
@@ -76,7 +80,8 @@ def table_for_keys(table, K):
 
 
 def original_attention(w, mem, p, c, attn_type, extra):
-    "One sequence: w (T, E), mem (M, E) -> (T, E); p = this layer's weights; extra = the type's position inputs."
+    """One sequence: w (T, E), mem (M, E) -> (T, E); p = this layer's weights; extra = the type's
+    position inputs."""
     T, M, H, D = w.shape[0], mem.shape[0], c.n_head, c.d_head
     cat = torch.cat([mem, w])
     normed = layer_norm(cat, p["attn.norm.weight"], p["attn.norm.bias"]) if c.pre_lnorm else cat
@@ -130,9 +135,10 @@ def original_ff(x, p, c):
 
 
 def original_lm(model, ids, mems, drop, in_place=False):
-    """MemTransformerLM._forward for one batch row at a time: logits (B, T, V) and the new mems (n_layer of them;
-    the original also caches the last layer's output, never used). `in_place`: the memory's positions are added
-    into the cached tensors (the original's `mems_i += ...`), so they stay in the next memory."""
+    """MemTransformerLM._forward for one batch row at a time: logits (B, T, V) and the new mems
+    (n_layer of them; the original also caches the last layer's output, never used).
+    `in_place`: the memory's positions are added into the cached tensors (the original's
+    `mems_i += ...`), so they stay in the next memory."""
     c, state = model.config, {k: v.detach() for k, v in model.state_dict().items()}
     attn_type = getattr(c, "attn_type", 0)  # a TXLConfig is the original's type 0
     E, B, T = c.d_model, *ids.shape
@@ -187,7 +193,9 @@ def original_lm(model, ids, mems, drop, in_place=False):
     return torch.stack(logits), [torch.stack(m) for m in new_mems]
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
+# --------------
+
 
 CASES = [
     dict(attn_type=t, pre_lnorm=pre, **options)
@@ -199,7 +207,8 @@ CASES = [
 
 @pytest.mark.parametrize("options", CASES, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
 def test_every_type_equals_the_original_transcribed_slowly(options):
-    "Segments of 5, 8, 5, 8 with memory 7: K up to 15 > 12 table rows; dropout replaced by a visible stand-in."
+    """Segments of 5, 8, 5, 8 with memory 7: K up to 15 > 12 table rows; dropout replaced by a
+    visible stand-in."""
     torch.manual_seed(0)
     model = perturbed(build_model(config(mem_len=7, **options)))
     model.drop = Halve()
@@ -218,9 +227,10 @@ def test_every_type_equals_the_original_transcribed_slowly(options):
 @pytest.mark.parametrize("attn_type", [2, 3])
 @pytest.mark.parametrize("mem_len", [4, 7])
 def test_the_originals_in_place_addition_is_the_one_difference(attn_type, mem_len):
-    """With the original's `mems_i += ...`: mem_len <= T replaces every memory entry each step, so it leaves no trace
-    and logits and memories equal the original's; with mem_len = 7 > T = 5, entries that stay collect a second
-    encoding and the logits differ from the third segment on (the chapter's replay shows the same for type 2)."""
+    """With the original's `mems_i += ...`: mem_len <= T replaces every memory entry each step,
+    so it leaves no trace and logits and memories equal the original's; with mem_len = 7 > T =
+    5, entries that stay collect a second encoding and the logits differ from the third
+    segment on (the chapter's replay shows the same for type 2)."""
     torch.manual_seed(0)
     model = perturbed(build_model(config(attn_type=attn_type, mem_len=mem_len)))
     mems = theirs = None
@@ -240,8 +250,9 @@ def test_the_originals_in_place_addition_is_the_one_difference(attn_type, mem_le
 
 
 def test_position_parameters_have_the_originals_shapes():
-    """MemTransformerLM._create_params: r_emb (n_layer, max_klen, H, D), r_w_bias (n_layer, H, D), r_bias (n_layer,
-    max_klen, H) for type 1; r_emb (n_layer, max_klen, H, D) for type 3; nothing for type 2."""
+    """MemTransformerLM._create_params: r_emb (n_layer, max_klen, H, D), r_w_bias (n_layer, H,
+    D), r_bias (n_layer, max_klen, H) for type 1; r_emb (n_layer, max_klen, H, D) for type 3;
+    nothing for type 2."""
     c = dict(n_layer=2, max_klen=5 + 7, H=2, D=8)
     shapes = {
         1: dict(

