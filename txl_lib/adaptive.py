@@ -555,8 +555,8 @@ def weights_file(folder: Path) -> Path:
 
 
 def read_weights(file: Path) -> dict:
-    """A safetensors file's tensors, or a torch file's state dict read with weights_only=True (no
-    code runs); else one error."""
+    """A safetensors file's tensors, or a torch file's state dict read with weights_only=True
+    (no code runs); else one error."""
     try:
         state = (
             load_file(file)
@@ -599,8 +599,8 @@ def check_load_arguments(path, config=None):
 
 # %% ../notebooks/09_adaptive_softmax.ipynb #c104
 def load_pretrained(path, config: TXLConfig | None = None) -> TransformerXL:
-    """A HuggingFace TransfoXL folder, a txl_lib checkpoint, or an original state-dict file (needs
-    `config`), in eval mode."""
+    """A HuggingFace TransfoXL folder, a txl_lib checkpoint, or an original state-dict file
+    (needs `config`), in eval mode."""
     check_load_arguments(path, config)
     try:
         return read_pretrained(Path(path), config)

@@ -72,8 +72,8 @@ def position_score_unaligned(q: torch.Tensor, r: torch.Tensor, v: torch.Tensor) 
 
 
 def align_by_gather(x: torch.Tensor) -> torch.Tensor:
-    """Align (..., T, K) scores by row of R to keys: out[..., i, j] = x[..., i, T-1-i+j] (future
-    keys: garbage)."""
+    """Align (..., T, K) scores by row of R to keys: out[..., i, j] = x[..., i, T-1-i+j]
+    (future keys: garbage)."""
     T, K = x.shape[-2:]
     index = relative_index(T, K, x.device).expand(*x.shape[:-2], T, K)
     return x.gather(-1, index)

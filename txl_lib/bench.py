@@ -112,8 +112,8 @@ def recompute_logits(
 def cached_logits(
     model: TransformerXL, tokens: torch.Tensor, T: int, mem_len: int, cache: bool = True
 ):
-    """Segments of `T` with a memory of `mem_len`, through an InferenceCache (or, not `cache`,
-    without); (B, S, V)."""
+    """Segments of `T` with a memory of `mem_len`, through an InferenceCache
+    (or, not `cache`, without); (B, S, V)."""
     cache, mems, logits = InferenceCache(len(model.layers)) if cache else None, None, []
     with memory_length(model, mem_len):
         for segment in tokens.split(T, dim=1):
@@ -168,8 +168,8 @@ def fastest_seconds(call, repeats: int, warmup: int = 1) -> float:
 
 # %% ../notebooks/07_speed_benchmark.ipynb #c309
 class CachedReader:
-    """Reads (B, S) tokens in segments of `T` with a memory of `mem_len` (an InferenceCache if
-    `cache`), one per call."""
+    """Reads (B, S) tokens in segments of `T` with a memory of `mem_len`
+    (an InferenceCache if `cache`), one per call."""
 
     def __init__(
         self, model: TransformerXL, tokens: torch.Tensor, T: int, mem_len: int, cache: bool = True
@@ -397,8 +397,8 @@ def benchmark(
 
 # %% ../notebooks/07_speed_benchmark.ipynb #c419
 def read_bandwidth(n_bytes: int = 2**28, repeats: int = 3) -> float:
-    """Bytes per second this machine reads from memory (a sum over a buffer far larger than any
-    cache)."""
+    """Bytes per second this machine reads from memory
+    (a sum over a buffer far larger than any cache)."""
     x = torch.ones(n_bytes // 4)
     return n_bytes / fastest_seconds(x.sum, repeats)
 

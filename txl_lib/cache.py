@@ -17,8 +17,8 @@ from .attention import RelativeMultiHeadAttention
 
 # %% ../notebooks/06b_inference_cache.ipynb #c005
 class AppendBuffer:
-    """A sequence along dim -2 that grows by writing in place; views handed out stay valid (nothing
-    is overwritten)."""
+    """A sequence along dim -2 that grows by writing in place; views handed out stay valid
+    (nothing is overwritten)."""
 
     def __init__(self):
         self.buffer: torch.Tensor | None = None  # (..., capacity, C)

@@ -169,8 +169,8 @@ def check_sampling(model: nn.Module, prompt_ids, temperature, top_k):
 
 # %% ../notebooks/00c_checks.ipynb #c010
 def check_model_config(self: nn.Module, config):
-    """A config of exactly this model's `config_class` (a later chapter's config carries fields this
-    model would ignore)."""
+    """A config of exactly this model's `config_class`
+    (a later chapter's config carries fields this model would ignore)."""
     if type(config) is not self.config_class:
         raise TypeError(
             f"{type(self).__name__} is built from {self.config_class.__name__} configs, got "

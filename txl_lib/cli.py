@@ -207,8 +207,8 @@ REFUSED_CHANGES = ("data", "drop_newlines", "preset", "set", "batch_size", "step
 
 # %% ../notebooks/11a_commands.ipynb #c510a
 def read_state(out: Path, args: argparse.Namespace, world: int) -> dict:
-    """state.pt of the run in `out`, checked against `args` (which take the run's values for what
-    would be ignored)."""
+    """state.pt of the run in `out`, checked against `args`
+    (which take the run's values for what would be ignored)."""
     path = out / "state.pt"
     if not path.is_file():
         raise FileNotFoundError(
@@ -506,8 +506,8 @@ def gather(obj, world: int) -> list:
 
 # %% ../notebooks/11a_commands.ipynb #c008
 def write_log(out: Path, log: dict):
-    """log.json, the losses and evaluations: a copy for people and plots (state.pt holds the log
-    resume reads)."""
+    """log.json, the losses and evaluations: a copy for people and plots
+    (state.pt holds the log resume reads)."""
     write_atomically(out / "log.json", json.dumps(log).encode())
 
 
@@ -534,8 +534,8 @@ STORE_FIELDS = ("keys", "values", "length", "next")  # chapter 10's KNNMemory, a
 
 
 def memory_payload(mems) -> dict:
-    """A process's memories as plain tensors: the XL memories, and a KNN model's store (None for
-    other models)."""
+    """A process's memories as plain tensors: the XL memories, and a KNN model's store
+    (None for other models)."""
     store = getattr(mems, "store", None)
     return {
         "mems": None if mems is None else [m.cpu() for m in mems],
@@ -614,8 +614,8 @@ def write_copies(out: Path, model, vocab: list[str], log: dict, step: int):
 
 
 def load_state(state: dict, model, optimizer, schedule, rank: int, device):
-    """Restore weights, optimizer, schedule and this process's memories and random state; (step,
-    position, mems)."""
+    """Restore weights, optimizer, schedule and this process's memories and random state;
+    (step, position, mems)."""
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     schedule.load_state_dict(state["schedule"])
@@ -680,8 +680,8 @@ def evaluation_streams(ids: torch.Tensor, tokens: int | None = None) -> torch.Te
 
 
 def evaluate_bits(model, streams: torch.Tensor, args: argparse.Namespace) -> float:
-    """Bits per symbol over (4, S) streams with the evaluation settings of `args` (the model's mode
-    is kept)."""
+    """Bits per symbol over (4, S) streams with the evaluation settings of `args`
+    (the model's mode is kept)."""
     with evaluation_settings(
         model,
         mem_len=args.eval_mem_len,
@@ -719,8 +719,8 @@ def training_step(
 
 
 def next_segment(streams: torch.Tensor, position: int, T: int):
-    """Inputs and targets (b, T) of segment `position`, and the next position (0 after the last
-    segment)."""
+    """Inputs and targets (b, T) of segment `position`, and the next position
+    (0 after the last segment)."""
     x, y = (
         streams[:, position * T : (position + 1) * T],
         streams[:, position * T + 1 : (position + 1) * T + 1],

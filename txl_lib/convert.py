@@ -111,8 +111,8 @@ def check_against(model: torch.nn.Module, ours: dict):
 
 # %% ../notebooks/06a_original_checkpoints.ipynb #c007b
 def from_original(state_dict: dict, config: TXLConfig) -> TransformerXL:
-    """A `TransformerXL` with `config` holding the original code's `state_dict` (attention type 0,
-    no adaptive softmax)."""
+    """A `TransformerXL` with `config` holding the original code's `state_dict`
+    (attention type 0, no adaptive softmax)."""
     with torch.device("meta"):  # names and shapes checked first: a misfit allocates nothing
         skeleton = TransformerXL(config)
     ours = fill_tied(skeleton, rename_original(state_dict))
@@ -126,8 +126,8 @@ def from_original(state_dict: dict, config: TXLConfig) -> TransformerXL:
 
 # %% ../notebooks/06a_original_checkpoints.ipynb #c009
 def config_from_hf(hf_config) -> TXLConfig:
-    """Our TXLConfig for a HuggingFace `TransfoXLConfig` or its `config.json` dict (an adaptive one:
-    chapter 09's reader)."""
+    """Our TXLConfig for a HuggingFace `TransfoXLConfig` or its `config.json` dict
+    (an adaptive one: chapter 09's reader)."""
     c = dict(hf_config) if isinstance(hf_config, dict) else hf_config.to_dict()
     if is_adaptive_hf(c):
         raise ValueError(

@@ -153,8 +153,8 @@ def default_cache() -> Path:
 
 # %% ../notebooks/11_training_at_scale.ipynb #c006
 def no_link(path, flags: int) -> int:
-    """An opener for `open`: never through a symbolic link (a link planted at the name fails with
-    ELOOP)."""
+    """An opener for `open`: never through a symbolic link
+    (a link planted at the name fails with ELOOP)."""
     return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), 0o666)
 
 
@@ -195,8 +195,8 @@ def file_digest(path, algorithm: str) -> str:
 
 # %% ../notebooks/11_training_at_scale.ipynb #c008
 def extract(source: Source, archive, folder) -> Path:
-    """The member of `archive` in `folder`, its size and digest checked on every load (a bad copy:
-    extracted again)."""
+    """The member of `archive` in `folder`, its size and digest checked on every load
+    (a bad copy: extracted again)."""
     target = Path(folder) / source.member
     if target.is_file() and is_pinned(source, target):
         return target
@@ -302,8 +302,8 @@ def byte_ids(data: bytes) -> tuple[CharVocab, torch.Tensor]:
 
 # %% ../notebooks/11_training_at_scale.ipynb #c110
 def read_text(path) -> str:
-    """A UTF-8 text file, or every file of a folder (sorted, recursively; hidden ones, as .git/,
-    skipped) joined by newlines."""
+    """A UTF-8 text file, or every file of a folder
+    (sorted, recursively; hidden ones, as .git/, skipped) joined by newlines."""
     path = Path(path)
     files = (
         sorted(
@@ -319,8 +319,8 @@ def read_text(path) -> str:
 
 
 def without_symbol(corpus: Corpus, symbol: str) -> Corpus:
-    """`corpus` with every `symbol` removed from the three splits and from the vocabulary (ids
-    renumbered)."""
+    """`corpus` with every `symbol` removed from the three splits and from the vocabulary
+    (ids renumbered)."""
     if symbol not in corpus.vocab.stoi:
         return corpus
     dropped = corpus.vocab.stoi[symbol]  # ids are in sorted order: those above move down one

@@ -107,8 +107,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def run_files(checkpoint: str, vocab: str | None) -> tuple[Path, Path]:
-    """What from_pretrained reads (a run folder, or the file given; an earlier version's run: its
-    model.pt), and vocab.json."""
+    """What from_pretrained reads
+    (a run folder, or the file given; an earlier version's run: its model.pt), and vocab.json."""
     path = Path(checkpoint)
     if not path.exists():
         raise FileNotFoundError(

@@ -431,8 +431,8 @@ RECALL_RECIPE = dict(
 
 
 def recall_config(with_knn: bool) -> TXLConfig | KNNConfig:
-    """Chapter 10's recall models: tiny, T = mem_len = 8; with the KNN store in the top layer (512
-    pairs, top-4)."""
+    """Chapter 10's recall models: tiny, T = mem_len = 8; with the KNN store in the top layer
+    (512 pairs, top-4)."""
     extra = dict(knn_layer=1, knn_capacity=512, knn_top_k=4) if with_knn else {}
     # 25: 8 keys, 8 values, 8 fillers, QUERY
     return (KNNConfig if with_knn else TXLConfig).tiny(n_token=25, tgt_len=8, mem_len=8, **extra)

@@ -31,8 +31,8 @@ def _check_memory_args(memory, hidden, mem_len):
 
 @torch.no_grad()
 def update_memory(memory: list | None, hidden: list, mem_len: int) -> list:
-    """The last `mem_len` positions of [memory, hidden] per layer, detached: one (B, min(M+T,
-    mem_len), E) each."""
+    """The last `mem_len` positions of [memory, hidden] per layer, detached: one
+    (B, min(M+T, mem_len), E) each."""
     _check_memory_args(memory, hidden, mem_len)
     # (B, M+T, E)
     joined = (
@@ -43,8 +43,8 @@ def update_memory(memory: list | None, hidden: list, mem_len: int) -> list:
 
 # %% ../notebooks/02_segment_recurrence.ipynb #c209
 def run_layer(layer: nn.Module, *inputs, checkpointed: bool = False) -> torch.Tensor:
-    """layer(*inputs); `checkpointed`, with gradients on: keep only the inputs for backward and run
-    the layer again there (replaying the RNG state: the same dropout masks)."""
+    """Run `layer(*inputs)`; with `checkpointed` and gradients on, keep only the inputs for backward
+    and run the layer again there (replaying the RNG state: the same dropout masks)."""
     if checkpointed and torch.is_grad_enabled():
         return checkpoint(layer, *inputs, use_reentrant=False)
     return layer(*inputs)

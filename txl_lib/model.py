@@ -132,8 +132,8 @@ class PretrainedModel(nn.Module):
     `model.save_pretrained(folder)`."""
 
     def save_pretrained(self, folder) -> Path:
-        """config.json and model.safetensors in `folder` (`save_pretrained`, in this chapter's
-        Checkpoints section)."""
+        """config.json and model.safetensors in `folder`
+        (`save_pretrained`, in this chapter's Checkpoints section)."""
         return save_pretrained(self, folder)
 
 
@@ -230,8 +230,8 @@ def generate(
     top_k: int | None = None,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Continue prompt_ids (B, P) by `max_new_tokens`, one token per step with memory: (B, P +
-    max_new_tokens)."""
+    """Continue prompt_ids (B, P) by `max_new_tokens`, one token per step with memory:
+    (B, P + max_new_tokens)."""
     check_generate(model, prompt_ids, max_new_tokens, temperature, top_k, generator)
     was_training = model.training
     try:
@@ -406,8 +406,8 @@ def check_sha256(path, payload: dict):
 
 # %% ../notebooks/06_model.ipynb #c328
 def check_stored_weights(path, state: dict, skeleton: nn.Module):
-    """Stored tensors: the names and shapes of `skeleton` (built on the meta device: nothing
-    allocated), tied ones equal."""
+    """Stored tensors: the names and shapes of `skeleton`
+    (built on the meta device: nothing allocated), tied ones equal."""
     needed = skeleton.state_dict()
     missing, unexpected = sorted(needed.keys() - state.keys()), sorted(state.keys() - needed.keys())
     wrong = [
@@ -430,8 +430,8 @@ def check_stored_weights(path, state: dict, skeleton: nn.Module):
 
 
 def check_expected(config: TXLConfig, expected: TXLConfig | None, path):
-    """With `expected`, a checkpoint's config that differs is an error listing the fields (expected,
-    found)."""
+    """With `expected`, a checkpoint's config that differs is an error listing the fields
+    (expected, found)."""
     if expected is not None and config != expected:
         if type(config) is not type(expected):
             raise ValueError(

@@ -146,8 +146,8 @@ def key_value_stream(
     rebind: float = 0.1,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """(2 n_pairs,) ids: pairs of a key k < K, then K + k V + v naming k and its value v (kept,
-    re-drawn w.p. `rebind`)."""
+    """(2 n_pairs,) ids: pairs of a key k < K, then K + k V + v naming k and its value v
+    (kept, re-drawn w.p. `rebind`)."""
     check_stream_args(n_pairs, n_keys, n_values, rebind)
     keys = torch.randint(n_keys, (n_pairs,), generator=generator)
     redraw = torch.rand(n_pairs, generator=generator) < rebind

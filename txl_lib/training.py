@@ -73,16 +73,16 @@ def check_same_shape(inputs, targets):
 
 
 def check_scored(targets: torch.Tensor):
-    """At least one target to score: with every target IGNORE there is no loss to report (a mean of
-    nothing)."""
+    """At least one target to score: with every target IGNORE there is no loss to report
+    (a mean of nothing)."""
     if not bool((targets != IGNORE).any()):
         raise ValueError(f"every target is IGNORE ({IGNORE}): there is nothing to score")
 
 
 # %% ../notebooks/00b_training.ipynb #c153
 def scored_segments(documents, tgt_len: int):
-    """`document_segments`, refusing a document with no scored target (training on it would never
-    take a step)."""
+    """`document_segments`, refusing a document with no scored target
+    (training on it would never take a step)."""
     index, scored = -1, True
     for inputs, targets, first in document_segments(documents, tgt_len):
         if first:

@@ -141,8 +141,8 @@ def mean_spread(values) -> tuple[float, float]:
 
 
 def compare(a, b, paired: bool = False) -> tuple[float, float, str]:
-    """mean(a) - mean(b), its spread (paired: std of the per-seed differences; else sqrt(s_a² +
-    s_b²)) and the verdict."""
+    """mean(a) - mean(b), its spread
+    (paired: std of the per-seed differences; else sqrt(s_a² + s_b²)) and the verdict."""
     (mean_a, s_a), (mean_b, s_b) = mean_spread(a), mean_spread(b)
     spread = mean_spread([x - y for x, y in zip(a, b)])[1] if paired else math.hypot(s_a, s_b)
     gap = mean_a - mean_b
@@ -155,8 +155,8 @@ def compare(a, b, paired: bool = False) -> tuple[float, float, str]:
 
 # %% ../notebooks/00_utils.ipynb #c141
 def write_atomically(path, data) -> Path:
-    """`path` holds its old content or all of `data` (bytes, or a function writing to a binary
-    file), never a part."""
+    """`path` holds its old content or all of `data`
+    (bytes, or a function writing to a binary file), never a part."""
     path = Path(path)
     # a name of its own, beside `path`
     tmp = path.with_name(f"{path.name}{secrets.token_hex(4)}.tmp")

@@ -131,8 +131,8 @@ class VanillaTransformerLM(nn.Module):
 
 # %% ../notebooks/01_context_fragmentation.ipynb #c015
 def load_vanilla_reference(folder, vocab) -> tuple[list, dict]:
-    """The vanilla models of a reference run (`folder`: models.safetensors, one per seed;
-    training_log.json), its log."""
+    """The vanilla models of a reference run
+    (`folder`: models.safetensors, one per seed; training_log.json), its log."""
     folder = Path(folder)
     log = json.loads((folder / "training_log.json").read_text())
     if log["vocab"] != "".join(vocab.itos):
@@ -157,8 +157,8 @@ def load_vanilla_reference(folder, vocab) -> tuple[list, dict]:
 def sliding_window_loss(
     model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, window: int, chunk: int = 4096
 ) -> torch.Tensor:
-    """Loss of each target from a fresh forward over the `window` tokens ending there: (B, S -
-    window + 1)."""
+    """Loss of each target from a fresh forward over the `window` tokens ending there:
+    (B, S - window + 1)."""
     model.eval()
     windows = inputs.unfold(1, window, 1)  # (B, n, window)
     B, n = windows.shape[:2]

@@ -90,8 +90,8 @@ def learned_inputs(x: torch.Tensor, mem: torch.Tensor | None, r_emb: torch.Tenso
 
 # %% ../notebooks/08_attention_variants.ipynb #c023
 class AbsoluteAttention(UnprojectedAttention):
-    """Types 2 and 3: the original's MultiHeadAttn, scaled dot-product attention over [memory,
-    segment]."""
+    """Types 2 and 3: the original's MultiHeadAttn, scaled dot-product attention over
+    [memory, segment]."""
 
     def queries(self, x: torch.Tensor) -> torch.Tensor:
         """Queries (B, H, T, D) of x itself: the original's q_net(h) skips the pre-norm that keys
@@ -124,8 +124,8 @@ def check_variant_config(config: TXLConfig):
 
 @dataclass
 class VariantConfig(TXLConfig):
-    """TXLConfig with the original's `attn_type` switch, for its types 1-3 (type 0, the paper's, is
-    TXLConfig)."""
+    """TXLConfig with the original's `attn_type` switch, for its types 1-3
+    (type 0, the paper's, is TXLConfig)."""
 
     # 1: learned relative (Shaw), 2: absolute sinusoid (Vaswani), 3: learned absolute
     attn_type: int = 1
@@ -143,8 +143,8 @@ def config_of_type(attn_type: int = 0, **fields) -> TXLConfig:
 
 # %% ../notebooks/08_attention_variants.ipynb #c026
 def position_tables(c: VariantConfig) -> dict:
-    """Types 1 and 3: the original's per-layer tables (rows = tgt_len + mem_len), normal(0,
-    init_std), r_bias zeros."""
+    """Types 1 and 3: the original's per-layer tables (rows = tgt_len + mem_len),
+    normal(0, init_std), r_bias zeros."""
     shape = (c.n_layer, c.tgt_len + c.mem_len, c.n_head, c.d_head)
     normal = lambda *size: nn.init.normal_(torch.empty(size), 0.0, c.init_std)
     if c.attn_type == 1:
