@@ -491,10 +491,6 @@ d = {
                 "txl_lib/cli.py",
             ),
             "txl_lib.cli.evaluate_bits": ("commands.html#evaluate_bits", "txl_lib/cli.py"),
-            "txl_lib.cli.evaluation_settings": (
-                "commands.html#evaluation_settings",
-                "txl_lib/cli.py",
-            ),
             "txl_lib.cli.evaluation_streams": (
                 "commands.html#evaluation_streams",
                 "txl_lib/cli.py",
@@ -1019,6 +1015,10 @@ d = {
             "txl_lib.training.check_scored": ("training.html#check_scored", "txl_lib/training.py"),
             "txl_lib.training.check_training_args": (
                 "training.html#check_training_args",
+                "txl_lib/training.py",
+            ),
+            "txl_lib.training.config_changes": (
+                "training.html#config_changes",
                 "txl_lib/training.py",
             ),
             "txl_lib.training.document_segments": (

@@ -46,7 +46,6 @@ __all__ = [
     "write_copies",
     "load_state",
     "run_lock",
-    "evaluation_settings",
     "evaluation_streams",
     "evaluate_bits",
     "training_step",
@@ -72,7 +71,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from .utils import seed_everything, progress, write_atomically
 from .data import batchify
-from .training import adam_with_schedule, evaluate, mean_loss, optimizer_step
+from .training import adam_with_schedule, evaluate, mean_loss, optimizer_step, config_changes
 from .training import check_training_args
 from .model import TXLConfig, save_pretrained
 from .variants import VariantConfig
@@ -658,21 +657,6 @@ def run_lock(out: Path):
 
 
 # %% ../notebooks/11a_commands.ipynb #c010
-@contextlib.contextmanager
-def evaluation_settings(model, **changes):
-    """Within the block, the config fields in `changes` (those not None) take these values; restored
-    afterwards."""
-    changes = {k: v for k, v in changes.items() if v is not None}
-    saved = {k: getattr(model.config, k) for k in changes}
-    try:
-        for k, v in changes.items():
-            setattr(model.config, k, v)
-        yield model
-    finally:
-        for k, v in saved.items():
-            setattr(model.config, k, v)
-
-
 def evaluation_streams(ids: torch.Tensor, tokens: int | None = None) -> torch.Tensor:
     """(4, S): the first `tokens` predictions' worth of `ids`, or all of it (`tokens` None), as 4
     streams."""
@@ -682,18 +666,10 @@ def evaluation_streams(ids: torch.Tensor, tokens: int | None = None) -> torch.Te
 def evaluate_bits(model, streams: torch.Tensor, args: argparse.Namespace) -> float:
     """Bits per symbol over (4, S) streams with the evaluation settings of `args`
     (the model's mode is kept)."""
-    with evaluation_settings(
-        model,
-        mem_len=args.eval_mem_len,
-        clamp_len=args.eval_clamp_len,
-        same_length=args.eval_same_length or None,
-    ):
-        return evaluate(
-            model,
-            streams[:, :-1],
-            streams[:, 1:],
-            tgt_len=args.eval_tgt_len or model.config.tgt_len,
-        ).bits_per_token
+    settings = dict(clamp_len=args.eval_clamp_len, same_length=args.eval_same_length or None)
+    with config_changes(model, mem_len=args.eval_mem_len, **settings):
+        T = args.eval_tgt_len or model.config.tgt_len
+        return evaluate(model, streams[:, :-1], streams[:, 1:], tgt_len=T).bits_per_token
 
 
 # %% ../notebooks/11a_commands.ipynb #c110

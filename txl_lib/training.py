@@ -18,6 +18,7 @@ __all__ = [
     "training_mode",
     "train",
     "Evaluation",
+    "config_changes",
     "memory_length",
     "evaluate",
     "Validator",
@@ -242,23 +243,28 @@ class Evaluation:
 
 # %% ../notebooks/00b_training.ipynb #c116
 @contextmanager
+def config_changes(model: torch.nn.Module, **changes):
+    "Within the block, the config fields in `changes` that are not None take these values."
+    changes = {k: v for k, v in changes.items() if v is not None}
+    saved = {k: getattr(model.config, k) for k in changes}
+    try:
+        for k, v in changes.items():
+            setattr(model.config, k, v)
+        yield model
+    finally:
+        for k, v in saved.items():
+            setattr(model.config, k, v)
+
+
 def memory_length(model: torch.nn.Module, mem_len: int | None):
     """Within the block, `model` keeps `mem_len` positions of memory (its `config.mem_len`); None
     changes nothing."""
-    if mem_len is None:
-        yield model
-        return
-    check_int("mem_len", mem_len)
-    if not hasattr(getattr(model, "config", None), "mem_len"):
+    if mem_len is not None and not hasattr(getattr(model, "config", None), "mem_len"):
         raise TypeError(
             f"{type(model).__name__} has no config.mem_len: it keeps no memory whose "
             "length could change"
         )
-    saved, model.config.mem_len = model.config.mem_len, mem_len
-    try:
-        yield model
-    finally:
-        model.config.mem_len = saved
+    return config_changes(model, mem_len=None if mem_len is None else check_int("mem_len", mem_len))
 
 
 # %% ../notebooks/00b_training.ipynb #c216
