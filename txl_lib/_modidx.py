@@ -451,6 +451,10 @@ d = {
                 "checks.html#check_model_config",
                 "txl_lib/checks.py",
             ),
+            "txl_lib.checks.check_real_weights": (
+                "checks.html#check_real_weights",
+                "txl_lib/checks.py",
+            ),
             "txl_lib.checks.check_sampling": ("checks.html#check_sampling", "txl_lib/checks.py"),
             "txl_lib.checks.check_targets": ("checks.html#check_targets", "txl_lib/checks.py"),
             "txl_lib.checks.check_token_ids": ("checks.html#check_token_ids", "txl_lib/checks.py"),

@@ -10,6 +10,7 @@ __all__ = [
     "check_token_ids",
     "check_targets",
     "check_mems",
+    "check_real_weights",
     "check_sampling",
     "check_model_config",
     "check_checkpoint_flag",
@@ -132,6 +133,12 @@ def check_mems(mems, config, batch_size: int, like: torch.Tensor):
 MIN_TEMPERATURE = 1e-4
 
 
+def check_real_weights(model: nn.Module, fix: str):
+    "Parameters with values, not on the meta device (shapes only); else one error ending in `fix`."
+    if any(p.device.type == "meta" for p in model.parameters()):
+        raise ValueError(f"the model is on the meta device (shapes only, no weights): {fix}")
+
+
 def check_sampling(model: nn.Module, prompt_ids, temperature, top_k):
     """generate's arguments: a model with real weights, temperature 0 or finite >= MIN_TEMPERATURE,
     top_k None or in [1, V]."""
@@ -142,11 +149,7 @@ def check_sampling(model: nn.Module, prompt_ids, temperature, top_k):
             "model must be a txl_lib language model (a config with n_token), got "
             f"{type(model).__name__}"
         )
-    if any(p.device.type == "meta" for p in model.parameters()):
-        raise ValueError(
-            "the model is on the meta device (shapes only, no weights): build or load it "
-            "on a real device"
-        )
+    check_real_weights(model, "build or load it on a real device")
     if (
         isinstance(temperature, bool)
         or not isinstance(temperature, (int, float))

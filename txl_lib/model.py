@@ -38,6 +38,7 @@ from safetensors.torch import save as safetensors_bytes
 
 from .utils import check_int, write_atomically
 from .checks import check_config, check_model_config, check_model_call, check_generate
+from .checks import check_real_weights
 from .data import LMOutput, token_loss, mean_loss
 from .vanilla import feed_forward
 from .memory import update_memory, run_layers
@@ -347,10 +348,7 @@ def check_saveable(model) -> TXLConfig:
             "model must be a txl_lib language model (one build_model builds), got "
             f"{type(model).__name__}"
         )
-    if any(p.device.type == "meta" for p in model.parameters()):
-        raise ValueError(
-            "the model is on the meta device (shapes only): there are no weights to save"
-        )
+    check_real_weights(model, "there are none to save")
     return config
 
 
