@@ -141,12 +141,12 @@ def from_npm(package: str, version: str, member: str) -> tuple[Path, Path]:
 # ---- MkDocs events ------------------------------------------------------------------------------------------------
 
 def on_config(config):
-    "The navigation: home, the chapters in reading order, one API page per module."
+    "The navigation: home, the chapters in reading order, the reference page, one API page per module."
     chapter_nav = []
     for path in chapters():
         title, _ = heading(path)
         chapter_nav.append({f"{path.stem.split('_')[0]} · {title}": f"chapters/{path.stem}.md"})
-    config["nav"] = [{"Home": "index.md"}, {"Chapters": chapter_nav},
+    config["nav"] = [{"Home": "index.md"}, {"Chapters": chapter_nav}, {"Reference": "reference.md"},
                      {"API reference": [{m: f"api/{m}.md"} for m in modules()]}]
     return config
 

@@ -1,6 +1,6 @@
 """The benchmark's correctness part, counted arithmetic and JSON schema (never its speed), the
-inference cache it relies on, and the README's speed tables against the run stored in chapter
-07."""
+inference cache it relies on, and the reference page's speed tables against the run stored in
+chapter 07."""
 
 import json
 import math
@@ -197,8 +197,8 @@ def test_saved_tensor_bytes_counts_activations_not_weights():
     assert counted == 8 * 100 * 4 + 8 * 50 * 4  # the input of the matmul, the output of relu
 
 
-def test_the_readme_quotes_the_run_committed_in_chapter_07():
-    "The README's speed tables are the ones chapter 07 printed in its stored run, row for row."
+def test_the_reference_page_quotes_the_run_committed_in_chapter_07():
+    "The reference page's speed tables: the ones chapter 07 printed in its stored run, row for row."
     root = Path(__file__).parents[1]
     notebook = json.loads((root / "notebooks" / "07_speed_benchmark.ipynb").read_text())
     printed = "".join(
@@ -210,7 +210,7 @@ def test_the_readme_quotes_the_run_committed_in_chapter_07():
     )
     tables = [line for line in printed.splitlines() if line.startswith("| ")]
     assert len(tables) >= 10, printed[-500:]
-    readme = (root / "README.md").read_text().splitlines()
+    readme = (root / "docs" / "reference.md").read_text().splitlines()
     assert [line for line in tables if line not in readme] == []
 
 

@@ -1,6 +1,6 @@
 """The training and generation commands (chapters 11a, 11b): a few steps on pydoc, exact resume,
 two DDP processes on gloo (an uneven split) against one process on the same global batch, the
-whole test split against one long forward pass, the README's commands as written, and bad
+whole test split against one long forward pass, the reference page's commands as written, and bad
 arguments."""
 
 import json
@@ -211,10 +211,10 @@ def test_the_whole_test_split_equals_one_long_forward_pass(tmp_path):
     assert log["final_bits"] == pytest.approx(loss.mean().item() / math.log(2), abs=1e-5)
 
 
-def readme_commands(section: str = "### Training from the command line") -> list[list[str]]:
-    """The commands of the README's first bash block after `section`, continuation lines joined,
-    comments dropped."""
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+def readme_commands(section: str = "## Training from the command line") -> list[list[str]]:
+    """The commands of the reference page's first bash block after `section` (docs/reference.md,
+    which the README links), continuation lines joined, comments dropped."""
+    readme = (Path(__file__).parents[1] / "docs" / "reference.md").read_text()
     block = readme.split(section, 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
     return [
         shlex.split(line, comments=True)
@@ -223,7 +223,7 @@ def readme_commands(section: str = "### Training from the command line") -> list
     ]
 
 
-def test_every_command_of_the_readme_parses_and_its_batch_splits():
+def test_every_command_of_the_reference_page_parses_and_its_batch_splits():
     commands = readme_commands()
     assert len(commands) >= 5
     for argv in commands:

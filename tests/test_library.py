@@ -1,7 +1,7 @@
 """Chapter 12: one factory, one save/load in safetensors + config.json, generate for every kind,
 the top level."""
 
-import json, re, tomllib
+import base64, json, re, tomllib
 from pathlib import Path
 
 import pytest
@@ -282,7 +282,9 @@ def test_the_readme_example_runs_as_written(tmp_path, monkeypatch, capsys):
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     section = readme[readme.index("## Using the library") :]
     section = section[: section.index("\n## ", 3)]
-    first, *others = [block.split("```")[0] for block in section.split("```python\n")[1:]]
+    first = python_blocks(section)[0]
+    reference = (Path(__file__).parents[1] / "docs" / "reference.md").read_text()
+    others = python_blocks(reference[reference.index("## The library in full") :])[:1]
     monkeypatch.chdir(tmp_path)
     namespace = {}
     exec(compile(first, "README.md", "exec"), namespace)
@@ -408,3 +410,43 @@ def test_a_folder_being_saved_over_is_read_whole_or_not_at_all(tmp_path):
     finally:
         saving.kill()
         saving.wait()
+
+
+def python_blocks(text: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+def documented_snippets() -> list[tuple[str, str]]:
+    """(where, code) of every python block a reader is shown: the README's (but the first, which
+    the test above runs and checks), the reference page's, and those of every chapter's prose."""
+    root = Path(__file__).parents[1]
+    snippets = [("README.md", b) for b in python_blocks((root / "README.md").read_text())[1:]]
+    reference = (root / "docs" / "reference.md").read_text()
+    snippets += [("docs/reference.md", b) for b in python_blocks(reference)]
+    for notebook in sorted((root / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(notebook.read_text())["cells"]:
+            if cell["cell_type"] == "markdown":
+                blocks = python_blocks("".join(cell["source"]))
+                snippets += [(f"{notebook.name}, cell {cell['id']}", b) for b in blocks]
+    return snippets
+
+
+@pytest.mark.parametrize("where, code", documented_snippets(), ids=lambda x: str(x)[:40])
+def test_every_python_block_shown_to_readers_runs_as_shown(where, code, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a fresh namespace, in an empty folder: nothing defined beforehand
+    exec(compile(code, where, "exec"), {})
+
+
+def test_the_readme_figure_is_the_one_chapter_06d_stored():
+    root = Path(__file__).parents[1]
+    readme = (root / "README.md").read_text()
+    assert "](docs/figures/loss_by_position.png)" in readme
+    cells = json.loads((root / "notebooks" / "06d_real_text.ipynb").read_text())["cells"]
+    stored = [
+        base64.b64decode(out["data"]["image/png"])
+        for cell in cells
+        if cell.get("id") == "r021"
+        for out in cell["outputs"]
+        if "image/png" in out.get("data", {})
+    ]
+    assert stored == [(root / "docs" / "figures" / "loss_by_position.png").read_bytes()]
