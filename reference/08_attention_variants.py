@@ -23,8 +23,9 @@ from txl_lib.variants import config_of_type
 
 OUT = Path(__file__).with_suffix("")                 # reference/08_attention_variants/
 ROWS = {"type 0": dict(attn_type=0), "type 1": dict(attn_type=1), "type 2": dict(attn_type=2),
-        "type 3": dict(attn_type=3), "type 0 without recurrence": dict(attn_type=0, mem_len=0)}
-SEEDS, STEPS, TGT_LEN, LR = (0, 1, 2), 600, 32, 3e-3
+        "type 3": dict(attn_type=3), "type 0 without recurrence": dict(attn_type=0, mem_len=0),
+        "vanilla": dict(attn_type=2, mem_len=0)}      # the vanilla Transformer: absolute positions, no memory
+SEEDS, STEPS, TGT_LEN, LR = (0, 1, 2), 1200, 32, 3e-3
 
 
 def trained(options: dict, seed: int, vocab, train_data):

@@ -330,3 +330,39 @@ def test_a_wrong_typed_set_value_is_one_line_and_exit_status_1():
     )
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.strip() == "error: --set: same_length must be a bool, got 1"
+
+
+def test_each_installed_console_script_runs_a_small_job_and_exits_0(tmp_path):
+    "txl-train, txl-generate and txl-bench, as pip installed them: exit status 0, output once."
+    scripts = Path(sys.executable).parent
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    run = tmp_path / "run"
+    small = (
+        "--data pydoc --steps 2 --batch-size 4 --eval-tokens 200 --set n_layer=1 --quiet".split()
+    )
+    jobs = {
+        "txl-train": [*small, "--out", str(run)],
+        "txl-generate": ["--checkpoint", str(run), "--prompt", "The ", "--tokens", "5"],
+        "txl-bench": ["--quick", "--lengths", "48", "--repeats", "1"],
+    }
+    done = {}
+    for script, argv in jobs.items():  # in order: generate reads the run train writes
+        done[script] = subprocess.run(
+            [scripts / script, *argv], capture_output=True, text=True, env=env, timeout=300
+        )
+        assert done[script].returncode == 0, (script, done[script].stderr[-2000:])
+    assert "final:" in done["txl-train"].stdout and (run / "model.safetensors").is_file()
+    assert (
+        done["txl-generate"].stdout.count("The ") == 1
+    )  # the text once, not echoed by the wrapper
+    assert "ms per token:" in done["txl-bench"].stdout
+
+
+def test_the_package_imports_where_fcntl_does_not_exist():
+    "Windows has no fcntl: no module may need it to import (the run lock imports it on use)."
+    code = (
+        "import sys; sys.modules['fcntl'] = None; "  # as on Windows: `import fcntl` fails
+        "import txl_lib, txl_lib.cli, txl_lib.__main__; print('imported')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "imported", done.stderr[-2000:]

@@ -502,6 +502,7 @@ d = {
             "txl_lib.cli.gather": ("commands.html#gather", "txl_lib/cli.py"),
             "txl_lib.cli.load_state": ("commands.html#load_state", "txl_lib/cli.py"),
             "txl_lib.cli.local_streams": ("commands.html#local_streams", "txl_lib/cli.py"),
+            "txl_lib.cli.lock_exclusively": ("commands.html#lock_exclusively", "txl_lib/cli.py"),
             "txl_lib.cli.main": ("commands.html#main", "txl_lib/cli.py"),
             "txl_lib.cli.memory_from_payload": (
                 "commands.html#memory_from_payload",

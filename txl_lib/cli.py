@@ -20,6 +20,7 @@ __all__ = [
     "check_corpus_fits",
     "check_fresh_folder",
     "open_lock",
+    "lock_exclusively",
     "check_lock_free",
     "read_state",
     "check_same_arguments",
@@ -61,7 +62,7 @@ __all__ = [
 ]
 
 # %% ../notebooks/11a_commands.ipynb #c001
-import argparse, ast, contextlib, dataclasses, errno, fcntl, hashlib, json, os, re, socket, stat
+import argparse, ast, contextlib, dataclasses, errno, hashlib, json, os, re, socket, stat
 import sys, warnings
 from pathlib import Path
 
@@ -183,10 +184,26 @@ def open_lock(lock: Path) -> int:
 
 
 # %% ../notebooks/11a_commands.ipynb #c507b
-def check_lock_free(fd: int, lock: Path, out: Path):
-    "Take the flock of the open lock file `fd`, or say which process holds it."
-    try:
+def lock_exclusively(fd: int):
+    """An exclusive lock on the open file `fd`, held until it closes (flock; on Windows, msvcrt's
+    lock of its first byte); BlockingIOError if another process holds it."""
+    if os.name == "nt":  # fcntl exists only on POSIX systems: imported where it is used
+        import msvcrt
+
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            raise BlockingIOError(errno.EAGAIN, "locked by another process") from None
+    else:
+        import fcntl
+
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def check_lock_free(fd: int, lock: Path, out: Path):
+    "Take the lock of the open lock file `fd`, or say which process holds it."
+    try:
+        lock_exclusively(fd)
         # the holder may have removed it as we opened it
         taken = os.fstat(fd).st_ino == os.stat(lock).st_ino
     except (BlockingIOError, FileNotFoundError):
