@@ -221,3 +221,25 @@ def test_jupyterlab_renders_chapter_01(browser_context, tmp_path):
             server.wait(timeout=20)
         except subprocess.TimeoutExpired:
             server.kill()
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_every_display_equation_is_drawn_on_a_phone_and_a_desktop(browser_context, site, width):
+    """At 390 px (a phone) as at 1280 px, each display equation of the chapters that have them is
+    an SVG of real size (at 700 px and below Material's CSS once shrank them to 1 x 1 px)."""
+    page, blocked, errors = open_offline(browser_context, site)
+    page.set_viewport_size({"width": width, "height": 900})
+    chapters = [p for p in hooks.chapters(ROOT / "notebooks") if "$$" in p.read_text("utf-8")]
+    sizes = {}
+    for chapter in chapters:
+        page.goto((site / "chapters" / f"{chapter.stem}.html").as_uri())
+        page.locator("article div.arithmatex mjx-container svg").first.wait_for(state="attached")
+        sizes[chapter.stem] = page.locator(
+            "article div.arithmatex > mjx-container > svg"
+        ).evaluate_all(
+            "els => els.map(e => [e.getBoundingClientRect().width, e.getBoundingClientRect().height])"
+        )
+    assert chapters and all(sizes.values()), sizes
+    small = {name: s for name, s in sizes.items() if any(w < 20 or h < 10 for w, h in s)}
+    assert small == {}, f"display equations drawn smaller than 20 x 10 px at {width} px: {small}"
+    assert blocked == [] and errors == []
