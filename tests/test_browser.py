@@ -237,7 +237,7 @@ def test_every_display_equation_is_drawn_on_a_phone_and_a_desktop(browser_contex
         sizes[chapter.stem] = page.locator(
             "article div.arithmatex > mjx-container > svg"
         ).evaluate_all(
-            "els => els.map(e => [e.getBoundingClientRect().width, e.getBoundingClientRect().height])"
+            "els => els.map(e => e.getBoundingClientRect()).map(r => [r.width, r.height])"
         )
     assert chapters and all(sizes.values()), sizes
     small = {name: s for name, s in sizes.items() if any(w < 20 or h < 10 for w, h in s)}
