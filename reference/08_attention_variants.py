@@ -1,11 +1,12 @@
-"""Reference run for chapter 08: attention types 0-3 and type 0 without recurrence, three seeds each, on pydoc.
+"""Reference run for chapter 08: attention types 0-3, type 0 without recurrence and the vanilla Transformer
+(type 2 without memory), three seeds each, on pydoc.
 
 Trains the 18 models the chapter evaluates (too many to train inside its 90 s) and writes, next to this file,
 `08_attention_variants/models.safetensors` (the weights, in float16: 3.5 MB) and
 `08_attention_variants/training_log.json` (configs, vocabulary, training losses, seconds).
 Run from the repository root: `python reference/08_attention_variants.py` (or `make reference`): 5 min 37 s
-on one core of this project's 2-core machine (18 models of 1,200 steps). Fixed seeds: a rerun gives the same models up to the last bits
-of float arithmetic.
+on one core of this project's 2-core machine (18 models of 1,200 steps). Fixed seeds: a rerun gives the same
+models up to the last bits of float arithmetic.
 """
 import dataclasses
 import json
