@@ -82,7 +82,7 @@ def sliding_and_segments(model, ids: torch.Tensor) -> dict:
     "The same targets of `ids` (those with a full window before them) scored by the paper's sliding window and by segments."
     x, y, T = ids[None, :-1], ids[None, 1:], RECIPE["tgt_len"]
     sliding = sliding_window_loss(model, x, y, T).mean().item() / math.log(2)
-    segments = evaluate(model, x, y, T).loss[:, T - 1:].mean().item() / math.log(2)
+    segments = evaluate(model, x, y, T).losses[:, T - 1:].mean().item() / math.log(2)
     return dict(chars=len(ids), window=T, sliding_bpc=sliding, segment_bpc=segments)
 
 

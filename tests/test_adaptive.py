@@ -106,12 +106,12 @@ def test_per_token_nll_and_log_probs_equal_the_port_over_segments_with_memory(op
                 ]
             )
             torch.testing.assert_close(
-                mine.loss[:, :-1].reshape(-1)[grouped],
+                mine.losses[:, :-1].reshape(-1)[grouped],
                 with_labels.losses.reshape(-1),
                 atol=1e-5,
                 rtol=0,
             )
-            assert (mine.loss[:, -1] == 0).all()
+            assert (mine.losses[:, -1] == 0).all()
             for m, t in zip(mine.mems, theirs.mems):
                 torch.testing.assert_close(m, t.transpose(0, 1), atol=1e-5, rtol=0)
             port_mems, our_mems = theirs.mems, mine.mems
@@ -264,16 +264,16 @@ def test_memory_equals_one_long_forward_and_evaluate(options):
     model = adaptive_model(**options)
     seq = torch.randint(V, (2, 25))
     with torch.no_grad():
-        whole = model(seq[:, :-1], targets=seq[:, 1:]).loss
+        whole = model(seq[:, :-1], targets=seq[:, 1:]).losses
         for T in (6, 1):
             pieces, mems = [], None
             for x, y in zip(seq[:, :-1].split(T, 1), seq[:, 1:].split(T, 1)):
                 out = model(x, mems=mems, targets=y)
-                pieces.append(out.loss)
+                pieces.append(out.losses)
                 mems = out.mems
             torch.testing.assert_close(torch.cat(pieces, 1), whole, atol=1e-5, rtol=1e-5)
     result = evaluate(model, seq[:, :-1], seq[:, 1:], tgt_len=8)
-    torch.testing.assert_close(result.loss, whole, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(result.losses, whole, atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="no predictions"):
         result.accuracy
 
@@ -281,9 +281,9 @@ def test_memory_equals_one_long_forward_and_evaluate(options):
 def test_bfloat16_autocast_is_close_to_float32():
     model, seq = adaptive_model(3), torch.randint(V, (2, 12))
     with torch.inference_mode():
-        full = model(seq[:, :-1], targets=seq[:, 1:]).loss
+        full = model(seq[:, :-1], targets=seq[:, 1:]).losses
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            low = model(seq[:, :-1], targets=seq[:, 1:]).loss
+            low = model(seq[:, :-1], targets=seq[:, 1:]).losses
             log_p = model(seq).logits
     assert torch.isfinite(low).all() and torch.isfinite(log_p).all()
     assert (low - full).abs().max() < 0.05

@@ -437,7 +437,7 @@ def test_the_model_call_takes_int32_ids_and_targets():
         model(ids[:, :-1], targets=ids[:, 1:]),
         model(ids[:, :-1].int(), targets=ids[:, 1:].int()),
     )
-    assert torch.equal(a.loss, b.loss) and torch.equal(a.logits, b.logits)
+    assert torch.equal(a.losses, b.losses) and torch.equal(a.logits, b.logits)
 
 
 @pytest.mark.parametrize(

@@ -193,7 +193,7 @@ def test_training_and_evaluation_carry_the_store_in_the_memory(knn):
     by_hand = torch.nn.functional.cross_entropy(
         torch.cat(logits, 1).flatten(0, 1), x[:, 1:].flatten(), reduction="none"
     ).view(2, 24)
-    torch.testing.assert_close(evaluate(knn, x[:, :-1], x[:, 1:], tgt_len=6).loss, by_hand)
+    torch.testing.assert_close(evaluate(knn, x[:, :-1], x[:, 1:], tgt_len=6).losses, by_hand)
 
 
 @pytest.mark.parametrize("mask", [[True, False, True], torch.tensor([True, False, True])])

@@ -40,7 +40,7 @@ def test_int32_ids_and_targets_give_the_int64_results():
     s = streams()
     long_eval = evaluate(small_model(), s[:, :-1], s[:, 1:], tgt_len=8)
     int_eval = evaluate(small_model(), s[:, :-1].int(), s[:, 1:].int(), tgt_len=8)
-    assert torch.equal(long_eval.loss, int_eval.loss)
+    assert torch.equal(long_eval.losses, int_eval.losses)
     a, b = small_model(), small_model()
     assert train(a, stream_documents(s), 3, 8) == train(b, stream_documents(s.int()), 3, 8)
 

@@ -412,7 +412,7 @@ def test_valid_shapes_give_documented_shapes(B, T, M, pre, same, mem_len):
     mems = None if M == 0 else [torch.randn(B, M, 16) for _ in range(2)]
     with torch.no_grad():
         out = model(torch.randint(20, (B, T)), mems=mems, targets=torch.randint(20, (B, T)))
-    assert out.logits.shape == (B, T, 20) and out.loss.shape == (B, T)
+    assert out.logits.shape == (B, T, 20) and out.losses.shape == (B, T)
     assert [tuple(m.shape) for m in out.mems] == [(B, min(mem_len, M + T), 16)] * 2
     assert torch.isfinite(out.logits).all()
 

@@ -204,7 +204,7 @@ def test_the_whole_test_split_equals_one_long_forward_pass(tmp_path):
     model = from_pretrained(tmp_path / "run")
     streams = batchify(load_splits(str(text)).test, 4)  # 4 streams, each shorter than 64 + 5
     with torch.no_grad():  # memory covers everything: no segments
-        loss = model.eval()(streams[:, :-1], targets=streams[:, 1:]).loss
+        loss = model.eval()(streams[:, :-1], targets=streams[:, 1:]).losses
     assert (
         log["final_split"] == "test" and log["final_symbols"] == loss.numel() == streams.numel() - 4
     )

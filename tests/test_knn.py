@@ -190,11 +190,11 @@ def test_the_store_is_not_differentiated_through_and_gradients_reach_the_gate():
     x, y = torch.randint(30, (2, 10)), torch.randint(30, (2, 10))
     knn.train()
     first = knn(x[:, :5], targets=y[:, :5])
-    first.loss.mean().backward()  # the store was filled from this graph
+    first.losses.mean().backward()  # the store was filled from this graph
     assert not first.mems.store.keys.requires_grad and not first.mems.store.values.requires_grad
     knn.zero_grad()
     second = knn(x[:, 5:], mems=first.mems, targets=y[:, 5:])
-    second.loss.mean().backward()
+    second.losses.mean().backward()
     assert knn.knn_attention.gate.grad is not None and knn.knn_attention.gate.grad.abs().sum() > 0
 
 

@@ -133,8 +133,8 @@ def test_evaluate_with_its_own_memory_length_equals_one_long_forward():
         whole = token_loss(model(x).logits, y)  # every target sees its whole prefix
     short = evaluate(model, x, y, tgt_len=6)  # the model's own memory of 4 forgets
     long = evaluate(model, x, y, tgt_len=6, mem_len=24)  # a memory holding the whole history
-    torch.testing.assert_close(long.loss, whole, atol=1e-5, rtol=1e-5)
-    assert (short.loss - whole).abs().max() > 1e-2
+    torch.testing.assert_close(long.losses, whole, atol=1e-5, rtol=1e-5)
+    assert (short.losses - whole).abs().max() > 1e-2
     assert model.config.mem_len == 4
 
 
@@ -267,23 +267,23 @@ def test_every_model_gives_the_mean_loss_to_train_on(kind):
     x = torch.randint(23, (3, 6))
     targets = torch.randint(23, (3, 6))
     targets[0, :4], targets[2, 5] = IGNORE, IGNORE  # 5 of 18 targets not scored
-    assert model(x).mean_loss is None and model(x).loss is None
+    assert model(x).loss is None and model(x).losses is None
     out = model(x, targets=targets)
-    assert out.mean_loss.shape == () and out.mean_loss.requires_grad
-    torch.testing.assert_close(out.mean_loss, mean_loss(out.loss, targets), atol=0, rtol=0)
+    assert out.loss.shape == () and out.loss.requires_grad
+    torch.testing.assert_close(out.loss, mean_loss(out.losses, targets), atol=0, rtol=0)
     # independently: the log-probabilities of the targets, by hand, averaged over the 13 scored ones
     log_probs = model(x).logits.log_softmax(-1)  # adaptive: already log-probabilities
     scored = targets != IGNORE
     by_hand = -log_probs[scored].gather(1, targets[scored][:, None]).sum() / 13
-    torch.testing.assert_close(out.mean_loss, by_hand, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.loss, by_hand, atol=1e-5, rtol=1e-5)
     if out.logits is not None:  # PyTorch's mean over non-ignored targets
         torch.testing.assert_close(
-            out.mean_loss, F.cross_entropy(out.logits.flatten(0, 1), targets.flatten())
+            out.loss, F.cross_entropy(out.logits.flatten(0, 1), targets.flatten())
         )
     params = [
         p for p in model.parameters() if p.requires_grad
     ]  # the scalar a user trains on: its gradient
-    grads = torch.autograd.grad(out.mean_loss, params, allow_unused=True, retain_graph=True)
+    grads = torch.autograd.grad(out.loss, params, allow_unused=True, retain_graph=True)
     expected = torch.autograd.grad(by_hand, params, allow_unused=True)
     for g, e in zip(grads, expected):
         assert (g is None) == (e is None) and (
@@ -291,7 +291,7 @@ def test_every_model_gives_the_mean_loss_to_train_on(kind):
         )
     assert any(g is not None and g.abs().sum() > 0 for g in grads)
     nothing = model(x, targets=torch.full_like(targets, IGNORE))  # nothing to score: 0, not NaN
-    assert nothing.mean_loss.item() == 0 and not nothing.loss.any()
+    assert nothing.loss.item() == 0 and not nothing.losses.any()
 
 
 def step_gradients_and_saved_bytes(model, checkpointed, tokens, seed=3):
@@ -305,7 +305,7 @@ def step_gradients_and_saved_bytes(model, checkpointed, tokens, seed=3):
 
     def step():
         out = model(tokens[:, :8])
-        model(tokens[:, 8:16], mems=out.mems, targets=tokens[:, 9:17]).mean_loss.backward()
+        model(tokens[:, 8:16], mems=out.mems, targets=tokens[:, 9:17]).loss.backward()
 
     _, saved = saved_tensor_bytes(step, model.parameters())
     return {

@@ -320,7 +320,7 @@ def test_every_type_trains_with_memory(attn_type, mem_len, same_length, clamp_le
     for T in (5, 3, 9):  # 9 > tgt_len: longer than the tables' rows allow
         x = torch.randint(30, (2, T))
         out = model(x, mems=mems, targets=x)
-        out.loss.mean().backward()
+        out.losses.mean().backward()
         assert out.logits.shape == (2, T, 30) and torch.isfinite(out.logits).all()
         assert [tuple(m.shape) for m in out.mems] == [
             (2, min(mem_len, T + (0 if mems is None else mems[0].size(1))), 16)

@@ -512,7 +512,7 @@ def our_losses(model: TransformerXL):
         out = model(
             x, mems=mems, targets=torch.cat([x[:, 1:], torch.full_like(x[:, :1], IGNORE)], 1)
         )
-        return out.loss[:, :-1], out.mems
+        return out.losses[:, :-1], out.mems
 
     return forward
 

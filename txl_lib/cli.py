@@ -706,7 +706,7 @@ def training_step(
     the memories."""
     with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
         out = model(x, mems=mems, targets=y)
-    loss = mean_loss(out.loss.float(), y)
+    loss = mean_loss(out.losses.float(), y)
     optimizer_step(model, optimizer, schedule, loss, clip, step, weight)  # chapter 00b's step
     return loss.item(), out.mems
 

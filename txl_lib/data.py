@@ -208,19 +208,19 @@ class LMOutput:
 
     logits     (B, T, V) next-token scores (log-probabilities for chapter 09's adaptive softmax,
                None there with targets)
-    loss       (B, T) cross-entropy of each target, 0 where it is IGNORE; None without targets
+    losses     (B, T) cross-entropy of each target, 0 where it is IGNORE; None without targets
     mems       the memory for the next segment, one (B, M, E) tensor per layer; None for a model
                without memory
     hiddens    the layer inputs of this segment, one (B, T, E) per layer
-    mean_loss  () the mean of `loss` over the scored targets, the scalar to call `.backward()` on;
-               None without targets
+    loss       () the mean of `losses` over the scored targets, the scalar to call `.backward()`
+               on, as HuggingFace's `loss`; None without targets
     """
 
     logits: torch.Tensor | None
-    loss: torch.Tensor | None = None
+    losses: torch.Tensor | None = None
     mems: list | None = None
     hiddens: list | None = None
-    mean_loss: torch.Tensor | None = None
+    loss: torch.Tensor | None = None
 
 
 # %% ../notebooks/00a_data.ipynb #c142
@@ -237,5 +237,5 @@ def token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def mean_loss(loss: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    "Mean of the per-token `loss` (B, T) over the scored targets (0 when none is scored)."
+    "Mean of the per-token `losses` (B, T) over the scored targets (0 when none is scored)."
     return loss.sum() / (targets != IGNORE).sum().clamp(min=1)

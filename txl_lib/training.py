@@ -197,7 +197,7 @@ def train(
                 mems = _forward_without_step(model, inputs, None if first else mems)
                 continue
             out = model(inputs, mems=None if first else mems, targets=targets)
-            loss = mean_loss(out.loss, targets)
+            loss = mean_loss(out.losses, targets)
             optimizer_step(model, optimizer, schedule, loss, clip, len(history) + 1)
             mems, history = out.mems, history + [loss.item()]
             if evaluator is not None and eval_every and len(history) % eval_every == 0:
@@ -220,14 +220,14 @@ def train(
 class Evaluation:
     "Per-token results of `evaluate`."
 
-    loss: torch.Tensor  # (B, S), 0 where the target is IGNORE
+    losses: torch.Tensor  # (B, S), 0 where the target is IGNORE
     # (B, S) argmax of the logits; None if the model gives none with targets
     predicted: torch.Tensor | None
     targets: torch.Tensor  # (B, S)
 
     @property
     def bits_per_token(self) -> float:
-        return mean_loss(self.loss, self.targets).item() / math.log(2)
+        return mean_loss(self.losses, self.targets).item() / math.log(2)
 
     @property
     def accuracy(self) -> float:
@@ -285,7 +285,7 @@ def evaluate(
     with training_mode(model, False), memory_length(model, mem_len):
         for x, y, _ in document_segments([(inputs, targets)], tgt_len):
             out = model(x, mems=mems, targets=y)
-            losses.append(out.loss)
+            losses.append(out.losses)
             mems = out.mems
             if out.logits is not None:
                 predicted.append(out.logits.argmax(-1))

@@ -181,5 +181,5 @@ def loss_by_position(
         raise ValueError(
             f"{len(ids)} tokens give {streams} streams shorter than one segment of {tgt_len} + 1"
         )
-    loss = evaluate(model, data[:, :S], data[:, 1 : S + 1], tgt_len, mem_len).loss  # (streams, S)
+    loss = evaluate(model, data[:, :S], data[:, 1 : S + 1], tgt_len, mem_len).losses  # (streams, S)
     return loss.view(streams, -1, tgt_len).mean((0, 1)) / math.log(2)
