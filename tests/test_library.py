@@ -450,3 +450,18 @@ def test_the_readme_figure_is_the_one_chapter_06d_stored():
         if "image/png" in out.get("data", {})
     ]
     assert stored == [(root / "docs" / "figures" / "loss_by_position.png").read_bytes()]
+
+
+def test_seed_everything_changes_the_process_only_when_asked():
+    "Seeding leaves torch's deterministic-algorithms switch alone unless `deterministic=True`."
+    before = torch.are_deterministic_algorithms_enabled()
+    try:
+        torch.use_deterministic_algorithms(False)
+        first = torch.rand(3, generator=txl_lib.seed_everything(3))
+        assert not torch.are_deterministic_algorithms_enabled()
+        again = torch.rand(3, generator=txl_lib.seed_everything(3, deterministic=True))
+        assert torch.are_deterministic_algorithms_enabled() and torch.equal(first, again)
+        with pytest.raises(TypeError, match="deterministic must be True or False, got 'yes'"):
+            txl_lib.seed_everything(0, deterministic="yes")
+    finally:
+        torch.use_deterministic_algorithms(before)

@@ -32,11 +32,13 @@ from tqdm import tqdm
 
 
 # %% ../notebooks/00_utils.ipynb #c006
-def seed_everything(seed: int = 0) -> torch.Generator:
-    """Seed python, numpy and torch, turn on deterministic algorithms; return a seeded
-    `torch.Generator`."""
+def seed_everything(seed: int = 0, deterministic: bool = False) -> torch.Generator:
+    """Seed python, numpy and torch (and, with `deterministic`, ask torch for deterministic kernels
+    for the whole process); return a seeded `torch.Generator`."""
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic must be True or False, got {deterministic!r}")
     random.seed(seed)
     try:
         import numpy as np
@@ -45,7 +47,8 @@ def seed_everything(seed: int = 0) -> torch.Generator:
     except ImportError:
         pass
     torch.manual_seed(seed)
-    torch.use_deterministic_algorithms(True)
+    if deterministic:
+        torch.use_deterministic_algorithms(True)
     return torch.Generator().manual_seed(seed)
 
 
