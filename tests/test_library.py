@@ -1,7 +1,7 @@
 """Chapter 12: one factory, one save/load in safetensors + config.json, generate for every kind,
 the top level."""
 
-import base64, json, re, tomllib
+import base64, json, os, re, tomllib
 from pathlib import Path
 
 import pytest
@@ -465,3 +465,43 @@ def test_seed_everything_changes_the_process_only_when_asked():
             txl_lib.seed_everything(0, deterministic="yes")
     finally:
         torch.use_deterministic_algorithms(before)
+
+
+def test_the_source_distribution_holds_the_library_and_its_notices_not_the_tests(tmp_path):
+    "The tests need the notebooks and the reference runs, which an sdist does not carry."
+    import tarfile
+
+    from setuptools import build_meta
+
+    root = Path(__file__).parents[1]
+    cwd = Path.cwd()
+    try:
+        os.chdir(root)
+        archive = tmp_path / build_meta.build_sdist(str(tmp_path))
+    finally:
+        os.chdir(cwd)
+    names = {name.partition("/")[2] for name in tarfile.open(archive).getnames()}
+    assert {"txl_lib/model.py", "LICENSE", "NOTICE", "CHANGELOG.md", "CITATION.cff"} <= names
+    assert not any(name.startswith("tests") for name in names)
+
+
+@pytest.mark.parametrize("kind", ["txl", "variant", "adaptive", "knn", "lstm"])
+def test_every_model_class_has_save_pretrained_and_generate_methods(kind, tmp_path):
+    "model.generate(...) is generate(model, ...); model.save_pretrained(folder) reloads equal."
+    configs = {
+        "txl": TXLConfig.tiny(n_token=30),
+        "variant": VariantConfig.tiny(n_token=30, attn_type=1),
+        "adaptive": AdaptiveConfig.tiny(n_token=30, cutoffs=(10,), div_val=2),
+        "knn": KNNConfig.tiny(n_token=30, knn_layer=1),
+        "lstm": txl_lib.LSTMConfig(n_token=30),
+    }
+    model = build_model(configs[kind])
+    prompt = torch.randint(30, (2, 5), generator=torch.Generator().manual_seed(0))
+    by_method = model.generate(prompt, 4, top_k=5, generator=torch.Generator().manual_seed(1))
+    by_function = generate(model, prompt, 4, top_k=5, generator=torch.Generator().manual_seed(1))
+    assert by_method.shape == (2, 9) and torch.equal(by_method, by_function)
+    loaded = from_pretrained(model.save_pretrained(tmp_path / kind))
+    assert type(loaded) is type(model)
+    assert all(
+        torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values())
+    )

@@ -827,6 +827,10 @@ d = {
                 "txl_lib/model.py",
             ),
             "txl_lib.model.PretrainedModel": ("model.html#pretrainedmodel", "txl_lib/model.py"),
+            "txl_lib.model.PretrainedModel.generate": (
+                "model.html#pretrainedmodel.generate",
+                "txl_lib/model.py",
+            ),
             "txl_lib.model.PretrainedModel.save_pretrained": (
                 "model.html#pretrainedmodel.save_pretrained",
                 "txl_lib/model.py",

@@ -130,12 +130,17 @@ def init_weights(model: nn.Module, std: float):
 # %% ../notebooks/06_model.ipynb #c015
 class PretrainedModel(nn.Module):
     """What every model of the series does beside `forward`, as in HuggingFace:
-    `model.save_pretrained(folder)`."""
+    `model.save_pretrained(folder)` and `model.generate(prompt_ids, max_new_tokens)`."""
 
     def save_pretrained(self, folder) -> Path:
         """config.json and model.safetensors in `folder`
         (`save_pretrained`, in this chapter's Checkpoints section)."""
         return save_pretrained(self, folder)
+
+    def generate(self, prompt_ids, max_new_tokens: int, **sampling) -> torch.Tensor:
+        """The prompt (B, P) continued by `max_new_tokens` tokens: `generate` (this chapter's
+        Generation section) with `temperature`, `top_k`, `generator`."""
+        return generate(self, prompt_ids, max_new_tokens, **sampling)
 
 
 # %% ../notebooks/06_model.ipynb #c014
