@@ -209,47 +209,47 @@ d = {
         },
         "txl_lib.attention": {
             "txl_lib.attention.RelativeMultiHeadAttention": (
-                "relative_shift.html#relativemultiheadattention",
+                "attention_layer.html#relativemultiheadattention",
                 "txl_lib/attention.py",
             ),
             "txl_lib.attention.RelativeMultiHeadAttention.__init__": (
-                "relative_shift.html#relativemultiheadattention.__init__",
+                "attention_layer.html#relativemultiheadattention.__init__",
                 "txl_lib/attention.py",
             ),
             "txl_lib.attention.RelativeMultiHeadAttention.attend": (
-                "relative_shift.html#relativemultiheadattention.attend",
+                "attention_layer.html#relativemultiheadattention.attend",
                 "txl_lib/attention.py",
             ),
             "txl_lib.attention.RelativeMultiHeadAttention.forward": (
-                "relative_shift.html#relativemultiheadattention.forward",
+                "attention_layer.html#relativemultiheadattention.forward",
                 "txl_lib/attention.py",
             ),
             "txl_lib.attention.RelativeMultiHeadAttention.keys_values": (
-                "relative_shift.html#relativemultiheadattention.keys_values",
+                "attention_layer.html#relativemultiheadattention.keys_values",
                 "txl_lib/attention.py",
             ),
             "txl_lib.attention.RelativeMultiHeadAttention.output": (
-                "relative_shift.html#relativemultiheadattention.output",
+                "attention_layer.html#relativemultiheadattention.output",
                 "txl_lib/attention.py",
             ),
             "txl_lib.attention.RelativeMultiHeadAttention.project": (
-                "relative_shift.html#relativemultiheadattention.project",
+                "attention_layer.html#relativemultiheadattention.project",
                 "txl_lib/attention.py",
             ),
             "txl_lib.attention.RelativeMultiHeadAttention.project_memory": (
-                "relative_shift.html#relativemultiheadattention.project_memory",
+                "attention_layer.html#relativemultiheadattention.project_memory",
                 "txl_lib/attention.py",
             ),
             "txl_lib.attention.RelativeMultiHeadAttention.project_positions": (
-                "relative_shift.html#relativemultiheadattention.project_positions",
+                "attention_layer.html#relativemultiheadattention.project_positions",
                 "txl_lib/attention.py",
             ),
             "txl_lib.attention.RelativeMultiHeadAttention.relative_scores": (
-                "relative_shift.html#relativemultiheadattention.relative_scores",
+                "attention_layer.html#relativemultiheadattention.relative_scores",
                 "txl_lib/attention.py",
             ),
             "txl_lib.attention.RelativeMultiHeadAttention.weighted_values": (
-                "relative_shift.html#relativemultiheadattention.weighted_values",
+                "attention_layer.html#relativemultiheadattention.weighted_values",
                 "txl_lib/attention.py",
             ),
             "txl_lib.attention.ScoreTerms": (
@@ -261,7 +261,7 @@ d = {
                 "txl_lib/attention.py",
             ),
             "txl_lib.attention.attention_mask": (
-                "relative_shift.html#attention_mask",
+                "attention_layer.html#attention_mask",
                 "txl_lib/attention.py",
             ),
             "txl_lib.attention.content_score": (

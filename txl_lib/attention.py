@@ -80,7 +80,6 @@ def align_by_gather(x: torch.Tensor) -> torch.Tensor:
 
 
 # %% ../notebooks/05_relative_shift.ipynb #c099
-import torch.nn as nn
 import torch.nn.functional as F
 
 
@@ -113,7 +112,11 @@ def read_shifted(padded: torch.Tensor) -> torch.Tensor:
     return padded.reshape(*lead, K_plus_1, T)[..., 1:, :].reshape(*lead, T, K_plus_1 - 1)
 
 
-# %% ../notebooks/05_relative_shift.ipynb #c010
+# %% ../notebooks/05a_attention_layer.ipynb #c099
+import torch.nn as nn
+
+
+# %% ../notebooks/05a_attention_layer.ipynb #c010
 def attention_mask(
     T: int, M: int, same_length: bool = False, mem_len: int = 0, device=None
 ) -> torch.Tensor:
@@ -128,7 +131,7 @@ def attention_mask(
     return mask
 
 
-# %% ../notebooks/05_relative_shift.ipynb #c214
+# %% ../notebooks/05a_attention_layer.ipynb #c214
 class RelativeMultiHeadAttention(nn.Module):
     "Transformer-XL attention over [memory, segment]: relative positions, u and v, residual, norm."
 
