@@ -63,7 +63,7 @@ __all__ = [
 
 # %% ../notebooks/11a_commands.ipynb #c001
 import argparse, ast, contextlib, dataclasses, errno, hashlib, json, os, re, socket, stat
-import sys, warnings
+import math, sys, warnings
 from pathlib import Path
 
 import torch
@@ -763,7 +763,7 @@ def progress_bar(args: argparse.Namespace, rank: int, step: int):
     "Rank 0's bar over the steps, from `step` on; none on other ranks or with --quiet."
     if rank or args.quiet:
         return contextlib.nullcontext()
-    bar = progress(total=args.steps, desc="train ")
+    bar = progress(total=args.steps, desc="train ", file=sys.stderr)  # stdout: the results only
     bar.update(step)
     return bar
 
@@ -818,7 +818,7 @@ def train_loop(args, out, corpus, model, optimizer, schedule, streams, start, lo
                 save_state(*state, rank, world, run_args, corpus.vocab.itos)
                 saved = step
             if bar is not None:
-                bar.set_postfix_str(f" loss {loss:.3f}", refresh=False)
+                bar.set_postfix_str(f" {loss / math.log(2):.3f} bits", refresh=False)
                 bar.update()
     return step
 

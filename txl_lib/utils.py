@@ -116,9 +116,9 @@ def show_heatmap(
 
 
 # %% ../notebooks/00_utils.ipynb #c017
-def progress(iterable=None, total: int | None = None, desc: str = "", updates: int = 10):
+def progress(iterable=None, total: int | None = None, desc: str = "", updates: int = 10, file=None):
     """A tqdm bar for long loops whose printed text is reproducible: no times or rates, `updates`
-    redraws."""
+    redraws; on stdout (a notebook keeps it with the cell's output), or `file`."""
     if total is None and iterable is not None and hasattr(iterable, "__len__"):
         total = len(iterable)
     every = max(1, -(-(total or 1) // updates))
@@ -126,7 +126,7 @@ def progress(iterable=None, total: int | None = None, desc: str = "", updates: i
         iterable,
         total=total,
         desc=desc,
-        file=sys.stdout,
+        file=sys.stdout if file is None else file,
         ncols=80,
         ascii=" #",
         mininterval=0,
