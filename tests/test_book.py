@@ -238,7 +238,7 @@ def test_an_api_page_per_module_documents_what_it_defines(site):
             n.name
             for n in tree.body
             if isinstance(n, (ast.FunctionDef, ast.ClassDef))
-            and not n.name.startswith("_")
+            and not n.name.startswith(("_", "check_"))  # validators stay out of the API
             and ast.get_docstring(n)
         ]
         html = (site / "api" / f"{module}.html").read_text(encoding="utf-8")
@@ -290,3 +290,20 @@ def test_display_maths_in_a_list_item_stays_in_the_item():
     assert (
         hooks.display_math_apart("- item\n\nplain $$b$$") == "- item\n\nplain\n\n$$b$$\n\n"
     )  # out of the list
+
+
+def test_the_api_reference_lists_every_config_field_and_no_validator(site):
+    "What a user sets and calls is on the API pages; the checks at the door are not."
+    import dataclasses
+
+    from txl_lib import AdaptiveConfig, KNNConfig, LSTMConfig, TXLConfig, VariantConfig
+
+    for config in (TXLConfig, VariantConfig, AdaptiveConfig, KNNConfig, LSTMConfig):
+        module = config.__module__
+        ids = set(re.findall(r'id="([^"]+)"', (site / "api" / f"{module}.html").read_text()))
+        own = [
+            f.name for f in dataclasses.fields(config) if f.name in vars(config)["__annotations__"]
+        ]
+        assert [f for f in own if f"{module}.{config.__name__}.{f}" not in ids] == [], config
+    pages = "".join(p.read_text() for p in (site / "api").glob("*.html"))
+    assert re.findall(r'id="txl_lib\.\w+\.check_\w+"', pages) == []
