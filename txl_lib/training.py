@@ -8,10 +8,10 @@ __all__ = [
     "check_training_args",
     "check_same_shape",
     "check_scored",
-    "scored_segments",
     "check_finite",
     "stream_documents",
     "document_segments",
+    "scored_segments",
     "warmup_cosine",
     "adam_with_schedule",
     "optimizer_step",
@@ -81,22 +81,6 @@ def check_scored(targets: torch.Tensor):
 
 
 # %% ../notebooks/00b_training.ipynb #c153
-def scored_segments(documents, tgt_len: int):
-    """`document_segments`, refusing a document with no scored target
-    (training on it would never take a step)."""
-    index, scored = -1, True
-    for inputs, targets, first in document_segments(documents, tgt_len):
-        if first:
-            if not scored:
-                raise ValueError(
-                    f"document {index} (counting from 0) has no scored target (all "
-                    f"IGNORE): nothing to train on"
-                )
-            index, scored = index + 1, False
-        scored = scored or bool((targets != IGNORE).any())
-        yield inputs, targets, first
-
-
 def check_finite(name: str, value: torch.Tensor, step: int):
     """A loss or gradient norm that is not finite stops training at `step` (from 1), before it
     reaches the weights."""
@@ -123,6 +107,23 @@ def document_segments(documents, tgt_len: int):
             zip(inputs.split(tgt_len, dim=1), targets.split(tgt_len, dim=1))
         ):
             yield x, y, k == 0
+
+
+# %% ../notebooks/00b_training.ipynb #c108b
+def scored_segments(documents, tgt_len: int):
+    """`document_segments`, refusing a document with no scored target
+    (training on it would never take a step)."""
+    index, scored = -1, True
+    for inputs, targets, first in document_segments(documents, tgt_len):
+        if first:
+            if not scored:
+                raise ValueError(
+                    f"document {index} (counting from 0) has no scored target (all "
+                    f"IGNORE): nothing to train on"
+                )
+            index, scored = index + 1, False
+        scored = scored or bool((targets != IGNORE).any())
+        yield inputs, targets, first
 
 
 # %% ../notebooks/00b_training.ipynb #c011
