@@ -243,3 +243,19 @@ def test_every_display_equation_is_drawn_on_a_phone_and_a_desktop(browser_contex
     small = {name: s for name, s in sizes.items() if any(w < 20 or h < 10 for w, h in s)}
     assert small == {}, f"display equations drawn smaller than 20 x 10 px at {width} px: {small}"
     assert blocked == [] and errors == []
+
+
+def test_no_code_block_scrolls_sideways_at_1280_px(browser_context, site):
+    "Code reflowed to 100 columns fits the text column of a desktop window in every chapter."
+    page, blocked, errors = open_offline(browser_context, site)
+    page.set_viewport_size({"width": 1280, "height": 900})
+    hidden = {}
+    for chapter in hooks.chapters(ROOT / "notebooks"):
+        page.goto((site / "chapters" / f"{chapter.stem}.html").as_uri())
+        overflow = page.locator("article pre").evaluate_all(
+            "els => els.map(e => e.scrollWidth - e.clientWidth)"
+        )
+        if any(px > 1 for px in overflow):
+            hidden[chapter.stem] = max(overflow)
+    assert hidden == {}, f"code blocks wider than the text column (px hidden): {hidden}"
+    assert blocked == [] and errors == []
