@@ -57,10 +57,9 @@ run: install  ## execute every chapter in a fresh kernel into build/, print each
 	done
 	@$(BIN)/python -c "from txl_lib.utils import report_run; report_run('build')"
 
-# nbdev writes `__all__` on one long line: ruff format gives the modules the notebooks' own formatting.
-EXPORT := $(BIN)/nbdev-export && $(BIN)/ruff format --quiet txl_lib
+EXPORT := $(BIN)/nbdev-export
 
-export: $(STAMP)  ## export the notebooks' #| export cells into txl_lib/ (then ruff format)
+export: $(STAMP)  ## export the notebooks' #| export cells into txl_lib/
 	$(EXPORT)
 
 sync-check: $(STAMP)  ## fail if txl_lib/ is not exactly what the notebooks export
@@ -70,9 +69,9 @@ sync-check: $(STAMP)  ## fail if txl_lib/ is not exactly what the notebooks expo
 	  || { echo "txl_lib/ was out of sync with the notebooks (now exported: review and commit)"; exit 1; }
 	@echo "txl_lib/ is in sync with the notebooks"
 
-lint: $(STAMP)  ## ruff check and ruff format --check over the library, the tests and the notebooks
+lint: $(STAMP)  ## ruff check over the library, tests and notebooks; ruff format --check over tests and notebooks
 	$(BIN)/ruff check txl_lib tests notebooks
-	$(BIN)/ruff format --check txl_lib tests notebooks
+	$(BIN)/ruff format --check tests notebooks
 
 test: install sync-check lint  ## sync check and lint, then pytest: nbval over every notebook plus tests/, one file per worker
 	$(TEST_ENV) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
