@@ -104,10 +104,12 @@ def test_counted_flops_follow_the_cost_formula():
     assert flops["segment"] == per_token(segment, T)  # W_r·R comes from the cache
     memory = B * n_layer * 2 * (L - T) * E * HD  # k, v of the memory again (no queries: chapter 05)
     assert flops["segment_uncached"] == per_token(segment + memory + positions(L), T)
-    generate = B * (n_layer * (dense + attention(1, L + 1)) + E * V)
+    # the cached step's one query sees every key: scored without the zero column (chapter 05a)
+    generate = B * (n_layer * (dense + 3 * (L + 1) * HD) + E * V)
     assert flops["generate"] == per_token(generate, 1)
+    uncached = B * (n_layer * (dense + attention(1, L + 1)) + E * V)  # masked and shifted
     assert flops["generate_uncached"] == per_token(
-        generate + B * n_layer * 2 * L * E * HD + positions(L + 1), 1
+        uncached + B * n_layer * 2 * L * E * HD + positions(L + 1), 1
     )
     recompute = B * (n_layer * (L * dense + attention(L, L)) + L * E * V) + positions(L)
     assert flops["recompute"] == per_token(recompute, 1)
@@ -198,20 +200,23 @@ def test_saved_tensor_bytes_counts_activations_not_weights():
 
 
 def test_the_reference_page_quotes_the_run_committed_in_chapter_07():
-    "The reference page's speed tables: the ones chapter 07 printed in its stored run, row for row."
+    """The reference page's speed tables and the one-token step's verdicts: the ones chapter 07
+    printed in its stored run, row for row and line for line."""
     root = Path(__file__).parents[1]
     notebook = json.loads((root / "notebooks" / "07_speed_benchmark.ipynb").read_text())
-    printed = "".join(
-        text
-        for cell in notebook["cells"]
-        if "= benchmark(" in "".join(cell["source"])
-        for out in cell["outputs"]
-        for text in out.get("text", [])
-    )
-    tables = [line for line in printed.splitlines() if line.startswith("| ")]
-    assert len(tables) >= 10, printed[-500:]
-    readme = (root / "docs" / "reference.md").read_text().splitlines()
-    assert [line for line in tables if line not in readme] == []
+
+    def printed(marker: str) -> list[str]:
+        cells = [cell for cell in notebook["cells"] if marker in "".join(cell["source"])]
+        text = "".join(t for cell in cells for out in cell["outputs"] for t in out.get("text", []))
+        return [line for line in text.splitlines() if line.strip()]
+
+    tables = [line for line in printed("= benchmark(") if line.startswith("| ")]
+    assert len(tables) >= 10, tables
+    steps = printed("steps_by_change") + printed("gpu_run[")  # tables and verdict lines
+    assert len(steps) >= 2 * 8 + 3 + 4, steps
+    reference = (root / "docs" / "reference.md").read_text().splitlines()
+    quoted = tables + [line for line in steps if line.startswith(("| ", "B = ", "the same step"))]
+    assert [line for line in quoted if line not in reference] == []
 
 
 def test_quick_needs_no_transformers_and_compares_training_only_when_asked(monkeypatch):

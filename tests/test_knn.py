@@ -142,7 +142,7 @@ def test_with_an_empty_store_the_layer_is_xl_attention_scaled_by_the_gate(option
     knn, plain = twins(**options)
     ours, theirs = knn.knn_attention, plain.layers[knn.config.knn_layer].attn
     x, mem = torch.randn(2, 5, 16), torch.randn(2, 3, 16)
-    r, mask = plain.positions_and_mask(5, 3, None)
+    r, mask = plain.positions(8, None), plain.mask(5, 3, None)
     u, v = plain.biases(knn.config.knn_layer)
     ours.store, ours.evict = KNNMemory(2, 2, 8, 64), 0
     with torch.no_grad():

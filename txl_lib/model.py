@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 from safetensors.torch import save as safetensors_bytes
 
-from .utils import check_int, write_atomically
+from .utils import Linear, check_int, write_atomically
 from .checks import check_config, check_model_config, check_model_call, check_generate
 from .checks import check_real_weights
 from .data import LMOutput, token_loss, mean_loss
@@ -125,9 +125,9 @@ class TokenEnds(PretrainedModel):
     "A language model's two ends: token ids in (embed), logits and losses out (read_out)."
 
     def embedding_and_head(self, c: TXLConfig) -> tuple[nn.Module, nn.Module]:
-        """nn.Embedding (V, E) and the read-out nn.Linear (E -> V), its weight tied to the
+        """nn.Embedding (V, E) and the read-out Linear (E -> V), its weight tied to the
         embedding's with tie_weight."""
-        embedding, head = nn.Embedding(c.n_token, c.d_model), nn.Linear(c.d_model, c.n_token)
+        embedding, head = nn.Embedding(c.n_token, c.d_model), Linear(c.d_model, c.n_token)
         if c.tie_weight:
             head.weight = embedding.weight
         return embedding, head
@@ -156,8 +156,7 @@ class TransformerXL(TokenEnds):
         self.drop = nn.Dropout(c.dropout)
         self.layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.n_layer))
         bias_shape = (c.n_layer, c.n_head, c.d_head) if c.untie_r else (c.n_head, c.d_head)
-        self.u = nn.Parameter(torch.zeros(bias_shape))
-        self.v = nn.Parameter(torch.zeros(bias_shape))
+        self.u, self.v = (nn.Parameter(torch.zeros(bias_shape)) for _ in range(2))
         self.head = head  # after the layers: init_weights draws in this order
         self.reset_parameters()
 
@@ -168,18 +167,21 @@ class TransformerXL(TokenEnds):
             return cache.run(self, input_ids, mems, targets)
         T, M = input_ids.size(1), 0 if mems is None else mems[0].size(1)
         x = self.drop(self.embed(input_ids))  # (B, T, E)
-        r, mask = self.positions_and_mask(T, M, input_ids.device)
+        r, mask = self.positions(M + T, input_ids.device), self.mask(T, M, input_ids.device)
         x, hiddens = run_layers(self, x, mems, lambda i, x, mem: (x, r, *self.biases(i), mask, mem))
         logits, loss = self.read_out(self.drop(x), targets)  # (B, T, V), (B, T)
         mems = update_memory(mems, hiddens, self.config.mem_len)
         mean = None if targets is None else mean_loss(loss, targets)
         return LMOutput(logits, loss, mems, hiddens, mean)
 
-    def positions_and_mask(self, T: int, M: int, device):
-        "R (M+T, E), after dropout, and the attention mask (T, M+T)."
-        c = self.config
-        R = relative_positions(M + T, c.d_model, c.clamp_len, device).to(self.u.dtype)  # (K, E)
-        return self.drop(R), attention_mask(T, M, c.same_length, c.mem_len, device)  # mask (T, K)
+    def positions(self, K: int, device) -> torch.Tensor:
+        "R (K, E) for K keys, in the weights' dtype, after dropout."
+        R = relative_positions(K, self.config.d_model, self.config.clamp_len, device)
+        return self.drop(R.to(self.u.dtype))
+
+    def mask(self, T: int, M: int, device) -> torch.Tensor:
+        "The attention mask (T, M+T) of T queries over a memory of M."
+        return attention_mask(T, M, self.config.same_length, self.config.mem_len, device)
 
     def biases(self, i: int):
         "The (u, v) pair of layer i, each (H, D)."
@@ -198,7 +200,6 @@ class TransformerXL(TokenEnds):
 
     def new_cache(self):
         "An empty inference cache for this model (chapter 06b; `generate` makes one per call)."
-
         return InferenceCache(len(self.layers))
 
 # %% ../notebooks/06_model.ipynb #c026

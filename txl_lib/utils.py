@@ -5,7 +5,8 @@ later chapter leans on."""
 
 # %% auto #0
 __all__ = ['MAX_INT', 'HEADLINE', 'seed_everything', 'check_shape', 'check_int', 'show_heatmap', 'progress', 'mean_spread',
-           'compare', 'write_atomically', 'read_json', 'cell_seconds', 'timing_table', 'headline', 'report_run']
+           'compare', 'write_atomically', 'read_json', 'Linear', 'cell_seconds', 'timing_table', 'headline',
+           'report_run']
 
 # %% ../notebooks/00_utils.ipynb #c001
 import base64, errno, json, math, os, random, secrets, sys
@@ -13,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 import torch
+import torch.nn as nn
 from tqdm import tqdm
 
 # %% ../notebooks/00_utils.ipynb #c006
@@ -175,6 +177,23 @@ def read_json(path, fix: str):
         return json.loads(Path(path).read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{path} is not valid JSON ({e}): {fix}") from None
+
+# %% ../notebooks/00_utils.ipynb #c151
+class Linear(nn.Linear):
+    """nn.Linear; without gradients, on the CPU, a product with at most `few_rows` rows is computed
+    as W·xᵀ over two blocks of W's rows, one batched product (chapter 07 measures both routes)."""
+
+    few_rows = 8  # B·T of a one-token step with a batch of up to 8
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w, rows = self.weight, x.numel() // self.in_features
+        if rows > self.few_rows or torch.is_grad_enabled() or not x.is_cpu or w.size(0) % 2:
+            return super().forward(x)
+        columns = x.reshape(rows, -1).contiguous().T.expand(2, -1, -1)  # (2, in, rows)
+        y = (
+            torch.bmm(w.view(2, -1, w.size(1)), columns).view(-1, rows).T.contiguous()
+        )  # (rows, out)
+        return (y if self.bias is None else y.add_(self.bias)).view(*x.shape[:-1], -1)
 
 # %% ../notebooks/00_utils.ipynb #c121
 def cell_seconds(cell: dict) -> float:

@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 
 from .data import LMOutput, batchify, token_loss, mean_loss
 from .training import evaluate
-from .utils import check_int
+from .utils import Linear, check_int
 
 # %% ../notebooks/01_context_fragmentation.ipynb #c005
 def sinusoid_encoding(positions: torch.Tensor, d_model: int) -> torch.Tensor:
@@ -38,12 +38,13 @@ def causal_mask(T: int, M: int = 0, device=None) -> torch.Tensor:
 
 # %% ../notebooks/01_context_fragmentation.ipynb #c011
 def feed_forward(d_model: int, d_inner: int, dropout: float) -> nn.Sequential:
-    "The position-wise feed-forward block: Linear(E, F), ReLU, Dropout, Linear(F, E), Dropout."
+    """The position-wise feed-forward block: Linear(E, F), ReLU, Dropout, Linear(F, E), Dropout
+    (chapter 00's `Linear`)."""
     return nn.Sequential(
-        nn.Linear(d_model, d_inner),
+        Linear(d_model, d_inner),
         nn.ReLU(inplace=True),
         nn.Dropout(dropout),
-        nn.Linear(d_inner, d_model),
+        Linear(d_inner, d_model),
         nn.Dropout(dropout),
     )
 

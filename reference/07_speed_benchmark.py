@@ -1,0 +1,50 @@
+"""Reference run for chapter 07: the one-token step, change by change, on a GPU.
+
+Chapter 07 times the cached one-token step of the benchmark model on the CPU it runs on; this script times the same
+table (`step_changes` at L = 1024, batches 1 and 4, five rounds) on a CUDA device, after checking that greedy
+generation with the cache gives the tokens of the uncached calls there. It writes, next to this file,
+`07_speed_benchmark/gpu_steps.json` (the device, torch's version and the records), which the chapter prints.
+Run from the repository root on a machine with a GPU: `python reference/07_speed_benchmark.py` (or `make reference`);
+about 15 seconds. Without CUDA it says so and leaves the recorded file as it is.
+"""
+import json
+from pathlib import Path
+
+import torch
+
+from txl_lib.bench import bench_model, format_step_changes, step_changes
+from txl_lib.model import generate
+from txl_lib.utils import write_atomically
+
+OUT = Path(__file__).with_suffix("")                 # reference/07_speed_benchmark/
+
+
+@torch.inference_mode()
+def same_tokens(model) -> bool:
+    "Greedy generation through the cache against uncached one-token calls, on the model's device."
+    prompt = torch.randint(256, (2, 300), generator=torch.Generator().manual_seed(0)).cuda()
+    cached = generate(model, prompt, 40, temperature=0)
+    out, tokens = model(prompt), [prompt]
+    for _ in range(40):
+        tokens.append(out.logits[:, -1].argmax(-1, keepdim=True))
+        out = model(tokens[-1], mems=out.mems)
+    return torch.equal(cached, torch.cat(tokens, 1))
+
+
+def main():
+    if not torch.cuda.is_available():
+        print(f"no CUDA device here: {OUT / 'gpu_steps.json'} is left as recorded")
+        return
+    model = bench_model().cuda()
+    if not same_tokens(model):
+        raise SystemExit("the cached step gave other tokens than the uncached calls: nothing written")
+    records = step_changes(model, L=1024, batches=(1, 4), rounds=5, steps=50)
+    print(format_step_changes(records))
+    run = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, records=records)
+    OUT.mkdir(exist_ok=True)
+    write_atomically(OUT / "gpu_steps.json", (json.dumps(run, indent=1) + "\n").encode())
+    print(f"wrote {OUT / 'gpu_steps.json'} ({run['device']})")
+
+
+if __name__ == "__main__":
+    main()
