@@ -49,6 +49,8 @@ def test_one_query_score_is_the_four_terms_of_chapter_04(B, H, D, K):
     torch.testing.assert_close(one_query_score(q, k, r, u, v), expected, atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="one query per head"):
         one_query_score(torch.randn(B, H, 2, D), k, r, u, v)
+    with pytest.raises(ValueError, match="one row of W_r·R per key"):  # one row would broadcast
+        one_query_score(q, k, r[:, 1:], u, v)
 
 
 def model_of(**options) -> TransformerXL:
@@ -78,10 +80,11 @@ def test_one_token_steps_from_an_empty_memory_equal_the_plain_forward(one_query,
     assert cache.r.size(0) == cache.layers[0].positions.size(1)
 
 
-@pytest.mark.parametrize("same_length, mem_len", [(False, 4), (True, 4), (True, 0)])
+@pytest.mark.parametrize("same_length", [False, True])
+@pytest.mark.parametrize("mem_len", [0, 1, 4, 7])
 def test_sees_every_key_follows_the_mask(same_length, mem_len):
     model = model_of(mem_len=mem_len, same_length=same_length)
-    for T, M in [(1, 0), (1, 3), (1, 4), (1, 6), (2, 3)]:
+    for T, M in [(T, M) for T in (1, 2) for M in range(8)]:
         hidden = model.mask(T, M, None).any().item()  # the mask itself, independently
         assert sees_every_key(model.config, T, M) == (T == 1 and not hidden)
 

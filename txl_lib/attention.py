@@ -119,10 +119,11 @@ def attention_mask(
 def one_query_score(q: torch.Tensor, k: torch.Tensor, wr: torch.Tensor, u, v) -> torch.Tensor:
     """(a)+(b)+(c)+(d) of one query that sees every key: q (B,H,1,D), k (B,H,K,D), wr = W_r·R
     (H,K,D), u, v (H,D) -> (B,H,1,K). Key j's distance is row j of R: no shift, no mask."""
-    if q.size(2) != 1:
+    if q.size(2) != 1 or wr.size(1) != k.size(2):
         raise ValueError(
-            f"one_query_score scores one query per head, q (B, H, 1, D), got {q.size(2)} queries: "
-            "pass the attention mask for a segment"
+            f"one_query_score scores one query per head, q (B, H, 1, D), against one row of W_r·R "
+            f"per key: got {q.size(2)} queries, {k.size(2)} keys, {wr.size(1)} rows "
+            "(for a segment, pass the attention mask)"
         )
     content = (q + u[:, None]) @ k.transpose(-1, -2)  # (B, H, 1, K): (a) + (c)
     heads_first = (q + v[:, None]).squeeze(2).transpose(0, 1)  # (H, B, D): the batch shares W_r·R
