@@ -25,6 +25,7 @@ MARKER = re.compile(r"^\s*#\s*NBVAL_\w+\s*$")                      # nbval's com
 CHAPTER_LINK = re.compile(r"\]\((\d\d[a-z]?_\w+)\.ipynb")          # [chapter 03](03_relative_positions.ipynb)
 LIST_ITEM = re.compile(r"[ \t]*(?:[-*+]|\d+[.)])[ \t]+")
 DISPLAY_MATH = re.compile(r"([ \t]*)\$\$(.+?)\$\$[ \t]*", re.S)
+CODE_BLOCK = re.compile(r'<div class="highlight"><pre>(.*?)</pre></div>', re.S)   # a code cell's input
 
 
 def chapters(folder=NOTEBOOKS) -> list[Path]:
@@ -115,7 +116,10 @@ def chapter_markdown(path: Path) -> tuple[str, dict[str, bytes]]:
         book_cells(nbformat.read(path, as_version=4)),
         resources={"output_files_dir": f"{path.stem}_files", "unique_key": "figure",
                    "book_figure_alt": f"A figure of the chapter '{title}'"})
-    return body, resources.get("outputs", {})
+    head, rest = body.split("\n", 1)   # the title, then the page
+    source = (f"\n*This page is the notebook [`{path.name}`]({path.name}), committed with its outputs: download it, "
+              "or open it in JupyterLab with `make lab` in a clone.*\n")
+    return f"{head}\n{source}{rest}", resources.get("outputs", {})
 
 
 def from_npm(package: str, version: str, member: str) -> tuple[Path, Path]:
@@ -157,6 +161,7 @@ def on_files(files, config):
     for path in chapters():
         body, figures = chapter_markdown(path)
         files.append(File.generated(config, f"chapters/{path.stem}.md", content=body))
+        files.append(File.generated(config, f"chapters/{path.name}", abs_src_path=str(path)))
         for name, data in figures.items():
             files.append(File.generated(config, f"chapters/{name}", content=data))
     for module in modules():
@@ -175,3 +180,17 @@ def on_page_markdown(markdown, page, config, files):
     rows = [f"| {p.stem.split('_')[0]} | [{t}](chapters/{p.stem}.md) | {s} |" for p in chapters() for t, s in [heading(p)]]
     table = "\n".join(["| # | chapter | the idea |", "|---|---|---|", *rows])
     return markdown.replace("<!-- chapters -->", table)
+
+
+def on_page_content(html, page, config, files):
+    "Keep the search's excerpts to prose and code that teaches: equations' TeX and cells of imports stay out."
+    html = html.replace('class="arithmatex"', 'class="arithmatex" data-search-exclude')
+    return CODE_BLOCK.sub(lambda m: m[0].replace("<div ", "<div data-search-exclude ", 1) if imports_only(m[1]) else m[0],
+                          html)
+
+
+def imports_only(code_html: str) -> bool:
+    "Whether a highlighted code block holds nothing but import lines."
+    import html as html_module
+    lines = [l for l in html_module.unescape(re.sub(r"<[^>]+>", "", code_html)).splitlines() if l.strip()]
+    return bool(lines) and all(l.startswith(("import ", "from ")) for l in lines)

@@ -6,7 +6,9 @@ is built once per session (`built_book`, shared with tests/test_browser.py)."""
 
 import ast
 import functools
+import html
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -307,3 +309,29 @@ def test_the_api_reference_lists_every_config_field_and_no_validator(site):
         assert [f for f in own if f"{module}.{config.__name__}.{f}" not in ids] == [], config
     pages = "".join(p.read_text() for p in (site / "api").glob("*.html"))
     assert re.findall(r'id="txl_lib\.\w+\.check_\w+"', pages) == []
+
+
+def test_each_chapter_page_links_to_its_notebook_which_the_site_holds(site):
+    for path in hooks.chapters(ROOT / "notebooks"):
+        links = [a["href"] for a in chapter_page(site, path).select("article a[href$='.ipynb']")]
+        assert path.name in links, (path.name, links)
+        assert (site / "chapters" / path.name).read_bytes() == path.read_bytes()
+
+
+def test_the_search_index_holds_no_tex_and_no_cell_of_imports_alone(site):
+    index = json.loads((site / "search" / "search_index.json").read_text(encoding="utf-8"))
+    texts = " ".join(
+        doc["text"] for doc in index["docs"] if doc["location"].startswith("chapters/")
+    )
+    assert "<pre><code>def rel_shift(" in texts  # code cells that teach stay searchable
+    assert not re.search(r"\\\(|\\\[|\\begin\{", texts)  # equations' TeX stays out
+    import_cells = []
+    for path in hooks.chapters(ROOT / "notebooks"):  # the cells a reader sees holding imports alone
+        for cell in nbformat.read(path, as_version=4).cells:
+            lines = [line for line in cell.source.splitlines() if line.strip()]
+            shown = [line for line in lines if not line.startswith("#|")]
+            if cell.cell_type == "code" and "#| hide" not in lines and shown:
+                if all(line.startswith(("import ", "from ")) for line in shown):
+                    import_cells.append(html.escape("\n".join(shown), quote=False))
+    assert len(import_cells) > 10
+    assert [code for code in import_cells if f"<pre><code>{code}</code></pre>" in texts] == []
