@@ -116,10 +116,11 @@ def chapter_markdown(path: Path) -> tuple[str, dict[str, bytes]]:
         book_cells(nbformat.read(path, as_version=4)),
         resources={"output_files_dir": f"{path.stem}_files", "unique_key": "figure",
                    "book_figure_alt": f"A figure of the chapter '{title}'"})
-    head, rest = body.split("\n", 1)   # the title, then the page
-    source = (f"\n*This page is the notebook [`{path.name}`]({path.name}), committed with its outputs: download it, "
-              "or open it in JupyterLab with `make lab` in a clone.*\n")
-    return f"{head}\n{source}{rest}", resources.get("outputs", {})
+    lines = body.split("\n")             # the title, its subtitle (a quote), then the page
+    after = next(i for i in range(1, len(lines)) if lines[i].strip() and not lines[i].startswith(">"))
+    source = (f"*This page is the notebook [`{path.name}`]({path.name}), committed with its outputs: download it, "
+              "or open it in JupyterLab with `make lab` in a clone.*")
+    return "\n".join(lines[:after] + [source, ""] + lines[after:]), resources.get("outputs", {})
 
 
 def from_npm(package: str, version: str, member: str) -> tuple[Path, Path]:

@@ -246,13 +246,14 @@ def test_every_display_equation_is_drawn_on_a_phone_and_a_desktop(browser_contex
 
 
 def test_no_code_block_scrolls_sideways_at_1280_px(browser_context, site):
-    "Code reflowed to 100 columns fits the text column of a desktop window in every chapter."
+    """Code reflowed to 100 columns fits the text column of a desktop window in every chapter, and
+    outputs wrap their long lines: nothing is hidden sideways."""
     page, blocked, errors = open_offline(browser_context, site)
     page.set_viewport_size({"width": 1280, "height": 900})
     hidden = {}
     for chapter in hooks.chapters(ROOT / "notebooks"):
         page.goto((site / "chapters" / f"{chapter.stem}.html").as_uri())
-        overflow = page.locator("article pre").evaluate_all(
+        overflow = page.locator("article pre > code").evaluate_all(  # the element that scrolls
             "els => els.map(e => e.scrollWidth - e.clientWidth)"
         )
         if any(px > 1 for px in overflow):
