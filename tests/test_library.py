@@ -106,7 +106,7 @@ def test_save_and_load_are_exact_for_every_kind(kind, tmp_path):
     assert type(loaded) is type(model) and loaded.config == model.config and not loaded.training
     a, b = model.state_dict(), loaded.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    groups = lambda m: sorted(sorted(n) for n in txl_lib.convert.tied_groups(m))
+    groups = lambda m: sorted(sorted(n) for n in txl_lib.model.tied_groups(m))
     assert groups(loaded) == groups(model)  # tied weights tied again, not two copies
     torch.testing.assert_close(loaded(x).logits, model(x).logits, rtol=0, atol=0)
 
@@ -505,3 +505,28 @@ def test_every_model_class_has_save_pretrained_and_generate_methods(kind, tmp_pa
     assert all(
         torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values())
     )
+
+
+@pytest.mark.parametrize("kind", ["txl", "variant", "adaptive", "knn", "lstm"])
+def test_every_model_class_reads_its_own_folders_with_from_pretrained(kind, tmp_path):
+    """Model.from_pretrained(folder): the same weights as the free function reads, in eval mode;
+    a folder of another class is refused, naming both."""
+    configs = {
+        "txl": TXLConfig.tiny(n_token=30),
+        "variant": VariantConfig.tiny(n_token=30, attn_type=1),
+        "adaptive": AdaptiveConfig.tiny(n_token=30, cutoffs=(10,), div_val=2),
+        "knn": KNNConfig.tiny(n_token=30, knn_layer=1),
+        "lstm": txl_lib.LSTMConfig(n_token=30),
+    }
+    model = build_model(configs[kind])
+    folder = model.save_pretrained(tmp_path / kind)
+    loaded = type(model).from_pretrained(folder)
+    assert type(loaded) is type(model) and not loaded.training
+    expected = from_pretrained(folder).state_dict()  # chapter 12's reader, independently
+    assert expected.keys() == loaded.state_dict().keys()
+    assert all(torch.equal(expected[k], v) for k, v in loaded.state_dict().items())
+    other = "lstm" if kind != "lstm" else "txl"
+    with pytest.raises(ValueError, match=f"a {type(configs[kind]).__name__} model, not a"):
+        type(build_model(configs[other])).from_pretrained(folder)
+    with pytest.raises(ValueError, match=f"holds a {type(configs[kind]).__name__}, expected a"):
+        type(model).from_pretrained(folder, config=configs[other])

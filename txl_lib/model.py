@@ -7,7 +7,8 @@ evaluation and generation."""
 __all__ = ['FORMAT', 'TXLConfig', 'DecoderLayer', 'init_weights', 'PretrainedModel', 'TokenEnds', 'TransformerXL', 'generate',
            'sample', 'weights_sha256', 'save_checkpoint', 'save_pretrained', 'canonical', 'check_saveable',
            'tied_groups', 'check_sha256', 'check_stored_weights', 'check_expected', 'config_of_fields',
-           'load_checkpoint']
+           'load_checkpoint', 'fill_tied', 'read_safetensors', 'read_json_object', 'stored_config', 'check_checksum',
+           'load_folder']
 
 # %% ../notebooks/06_model.ipynb #c001
 import hashlib, json, math, warnings
@@ -16,9 +17,10 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
-from safetensors.torch import save as safetensors_bytes
+from safetensors import SafetensorError
+from safetensors.torch import load as safetensors_load, save as safetensors_bytes
 
-from .utils import Linear, check_int, write_atomically
+from .utils import Linear, check_int, read_json, write_atomically
 from .checks import check_config, check_model_config, check_model_call, check_generate
 from .checks import check_real_weights
 from .data import LMOutput, token_loss, mean_loss
@@ -108,7 +110,8 @@ def init_weights(model: nn.Module, std: float):
 # %% ../notebooks/06_model.ipynb #c015
 class PretrainedModel(nn.Module):
     """What every model of the series does beside `forward`, as in HuggingFace:
-    `model.save_pretrained(folder)` and `model.generate(prompt_ids, max_new_tokens)`."""
+    `model.save_pretrained(folder)`, `Model.from_pretrained(folder)` and
+    `model.generate(prompt_ids, max_new_tokens)`."""
 
     def save_pretrained(self, folder) -> Path:
         """config.json and model.safetensors in `folder`
@@ -119,6 +122,24 @@ class PretrainedModel(nn.Module):
         """The prompt (B, P) continued by `max_new_tokens` tokens: `generate` (this chapter's
         Generation section) with `temperature`, `top_k`, `generator`."""
         return generate(self, prompt_ids, max_new_tokens, **sampling)
+
+    @classmethod
+    def from_pretrained(cls, folder, config=None) -> "PretrainedModel":
+        """This class's model, in eval mode, from a folder `save_pretrained` wrote (`load_folder`,
+        in the Checkpoints section); chapter 12's `from_pretrained` reads every format."""
+        return load_folder(Path(folder), config, cls.config_of, cls)
+
+    @classmethod
+    def config_of(cls, stored: dict):
+        "The config a stored dict describes, which must be of this class's `config_class`."
+        name = stored.get("config_class", cls.config_class.__name__)
+        if name != cls.config_class.__name__:
+            raise ValueError(
+                f"a {name} model, not a {cls.config_class.__name__} one: load it with its own "
+                "class, or with txl_lib.from_pretrained"
+            )
+        kept = {k: v for k, v in stored.items() if k not in ("model_type", "config_class")}
+        return config_of_fields(kept, cls.config_class)
 
 # %% ../notebooks/06_model.ipynb #c014
 class TokenEnds(PretrainedModel):
@@ -450,3 +471,85 @@ def load_checkpoint(
             f"{path}: the weights do not fit the stored config: {str(e).splitlines()[0]}"
         ) from None
     return model, payload["step"]
+
+# %% ../notebooks/06_model.ipynb #c029a
+def fill_tied(model: torch.nn.Module, ours: dict) -> dict:
+    """Give every name of a tied group the tensor the checkpoint stores under one of them; differing
+    copies are an error."""
+    for names in tied_groups(model):
+        stored = [ours[n] for n in names if n in ours]
+        if stored and not all(torch.equal(t, stored[0]) for t in stored[1:]):
+            raise ValueError(
+                f"the config ties {names} (tie_weight / tie_projs) but the checkpoint "
+                f"holds different tensors for them"
+            )
+        for n in names if stored else []:
+            ours.setdefault(n, stored[0])
+    return ours
+
+
+def read_safetensors(path: Path) -> tuple[dict, dict]:
+    """The tensors and metadata of a safetensors file, read at once; a corrupt or truncated one is
+    an error naming it."""
+    try:  # one read: safe_open reads tensors by path later, so a save meanwhile mixed two files
+        data = path.read_bytes()
+        tensors, size = safetensors_load(data), int.from_bytes(data[:8], "little")
+        return tensors, json.loads(data[8 : 8 + size]).get("__metadata__") or {}
+    except (SafetensorError, OSError, RuntimeError) as e:
+        raise ValueError(
+            f"{path} is not a readable safetensors file (corrupt or truncated?): {e}"
+        ) from None
+
+
+def read_json_object(path: Path) -> dict:
+    found = read_json(path, "expected the model's config as a JSON object")
+    if not isinstance(found, dict):
+        raise ValueError(
+            f"{path} holds a JSON {type(found).__name__}, expected an object of config fields"
+        )
+    return found
+
+# %% ../notebooks/06_model.ipynb #c029b
+def stored_config(weights_file: Path, metadata: dict, config_file: Path, read_config):
+    """The config in the weights' metadata, made by `read_config(dict)`; config.json, when present,
+    must say the same."""
+    if "config" not in metadata:
+        raise ValueError(
+            f"{weights_file} has no config in its metadata: not written by save_pretrained"
+        )
+    stored = json.loads(metadata["config"])
+    if config_file.is_file() and read_json_object(config_file) != stored:
+        raise ValueError(
+            f"{config_file} differs from the config stored in {weights_file} (edited, or "
+            "a save was "
+            f"interrupted between the two files): save the model again, or delete config.json"
+        )
+    try:
+        return read_config(stored)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{weights_file} holds an invalid config: {e}") from None
+
+
+def check_checksum(weights_file: Path, weights: dict, metadata: dict):
+    if metadata.get("sha256") != weights_sha256(weights):
+        raise ValueError(
+            f"{weights_file} is corrupt: the weights' sha256 differs from the one stored "
+            f"when it was saved (a changed byte?)"
+        )
+
+# %% ../notebooks/06_model.ipynb #c029c
+def load_folder(folder: Path, expected, read_config, build) -> nn.Module:
+    """The model save_pretrained wrote into `folder`, in eval mode: its config made by
+    `read_config(dict)`, the model by `build(config)`."""
+    weights_file = folder / "model.safetensors"
+    weights, metadata = read_safetensors(weights_file)
+    config = stored_config(weights_file, metadata, folder / "config.json", read_config)
+    check_expected(config, expected, folder)
+    check_checksum(weights_file, weights, metadata)
+    with torch.device("meta"):  # shapes only: nothing allocated
+        skeleton = build(config)
+    weights = fill_tied(skeleton, weights)
+    check_stored_weights(weights_file, weights, skeleton)
+    model = build(config)
+    model.load_state_dict(weights)
+    return model.eval()
