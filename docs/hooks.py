@@ -7,6 +7,7 @@
   offline, and iframe-worker, which lets the search run from file:// (Material's offline plugin would take it from
   a CDN).
 """
+import html as html_text
 import re
 import shutil
 import subprocess
@@ -192,6 +193,5 @@ def on_page_content(html, page, config, files):
 
 def imports_only(code_html: str) -> bool:
     "Whether a highlighted code block holds nothing but import lines."
-    import html as html_module
-    lines = [l for l in html_module.unescape(re.sub(r"<[^>]+>", "", code_html)).splitlines() if l.strip()]
+    lines = [l for l in html_text.unescape(re.sub(r"<[^>]+>", "", code_html)).splitlines() if l.strip()]
     return bool(lines) and all(l.startswith(("import ", "from ")) for l in lines)

@@ -485,17 +485,19 @@ def test_the_source_distribution_holds_the_library_and_its_notices_not_the_tests
     assert not any(name.startswith("tests") for name in names)
 
 
-@pytest.mark.parametrize("kind", ["txl", "variant", "adaptive", "knn", "lstm"])
+CLASS_CONFIGS = {  # one small config per model class of the series
+    "txl": TXLConfig.tiny(n_token=30),
+    "variant": VariantConfig.tiny(n_token=30, attn_type=1),
+    "adaptive": AdaptiveConfig.tiny(n_token=30, cutoffs=(10,), div_val=2),
+    "knn": KNNConfig.tiny(n_token=30, knn_layer=1),
+    "lstm": txl_lib.LSTMConfig(n_token=30),
+}
+
+
+@pytest.mark.parametrize("kind", CLASS_CONFIGS)
 def test_every_model_class_has_save_pretrained_and_generate_methods(kind, tmp_path):
     "model.generate(...) is generate(model, ...); model.save_pretrained(folder) reloads equal."
-    configs = {
-        "txl": TXLConfig.tiny(n_token=30),
-        "variant": VariantConfig.tiny(n_token=30, attn_type=1),
-        "adaptive": AdaptiveConfig.tiny(n_token=30, cutoffs=(10,), div_val=2),
-        "knn": KNNConfig.tiny(n_token=30, knn_layer=1),
-        "lstm": txl_lib.LSTMConfig(n_token=30),
-    }
-    model = build_model(configs[kind])
+    model = build_model(CLASS_CONFIGS[kind])
     prompt = torch.randint(30, (2, 5), generator=torch.Generator().manual_seed(0))
     by_method = model.generate(prompt, 4, top_k=5, generator=torch.Generator().manual_seed(1))
     by_function = generate(model, prompt, 4, top_k=5, generator=torch.Generator().manual_seed(1))
@@ -507,18 +509,11 @@ def test_every_model_class_has_save_pretrained_and_generate_methods(kind, tmp_pa
     )
 
 
-@pytest.mark.parametrize("kind", ["txl", "variant", "adaptive", "knn", "lstm"])
+@pytest.mark.parametrize("kind", CLASS_CONFIGS)
 def test_every_model_class_reads_its_own_folders_with_from_pretrained(kind, tmp_path):
     """Model.from_pretrained(folder): the same weights as the free function reads, in eval mode;
     a folder of another class is refused, naming both."""
-    configs = {
-        "txl": TXLConfig.tiny(n_token=30),
-        "variant": VariantConfig.tiny(n_token=30, attn_type=1),
-        "adaptive": AdaptiveConfig.tiny(n_token=30, cutoffs=(10,), div_val=2),
-        "knn": KNNConfig.tiny(n_token=30, knn_layer=1),
-        "lstm": txl_lib.LSTMConfig(n_token=30),
-    }
-    model = build_model(configs[kind])
+    model = build_model(CLASS_CONFIGS[kind])
     folder = model.save_pretrained(tmp_path / kind)
     loaded = type(model).from_pretrained(folder)
     assert type(loaded) is type(model) and not loaded.training
@@ -526,7 +521,9 @@ def test_every_model_class_reads_its_own_folders_with_from_pretrained(kind, tmp_
     assert expected.keys() == loaded.state_dict().keys()
     assert all(torch.equal(expected[k], v) for k, v in loaded.state_dict().items())
     other = "lstm" if kind != "lstm" else "txl"
-    with pytest.raises(ValueError, match=f"a {type(configs[kind]).__name__} model, not a"):
-        type(build_model(configs[other])).from_pretrained(folder)
-    with pytest.raises(ValueError, match=f"holds a {type(configs[kind]).__name__}, expected a"):
-        type(model).from_pretrained(folder, config=configs[other])
+    with pytest.raises(ValueError, match=f"a {type(CLASS_CONFIGS[kind]).__name__} model, not a"):
+        type(build_model(CLASS_CONFIGS[other])).from_pretrained(folder)
+    with pytest.raises(
+        ValueError, match=f"holds a {type(CLASS_CONFIGS[kind]).__name__}, expected a"
+    ):
+        type(model).from_pretrained(folder, config=CLASS_CONFIGS[other])

@@ -427,8 +427,8 @@ STEP_VERSIONS = {
 
 # %% ../notebooks/07_speed_benchmark.ipynb #c062a
 def ms_per_step(reader: CachedReader, steps: int, batch: int) -> float:
-    """Milliseconds per token over `steps` consecutive calls of `reader`, after one untimed call (on
-    a GPU, until its work is done)."""
+    """Milliseconds per token over `steps` consecutive calls of `reader`, after `steps` untimed ones
+    (on a GPU, until its work is done)."""
 
     def run():
         for _ in range(steps):
