@@ -260,3 +260,30 @@ def test_no_code_block_scrolls_sideways_at_1280_px(browser_context, site):
             hidden[chapter.stem] = max(overflow)
     assert hidden == {}, f"code blocks wider than the text column (px hidden): {hidden}"
     assert blocked == [] and errors == []
+
+
+@pytest.mark.parametrize("width, height", [(1280, 700), (1280, 900), (1600, 900)])
+def test_nothing_covers_an_entry_of_the_sidebar(browser_context, site, width, height):
+    """Each entry of the left sidebar that its scroll area shows can be clicked at its top edge, on
+    a long chapter before and after scrolling it (Material's sticky title covered the first)."""
+    page, blocked, errors = open_offline(browser_context, site)
+    page.set_viewport_size({"width": width, "height": height})
+    page.goto((site / "chapters" / "06_model.html").as_uri())
+    covered = {}
+    for scroll in (0, 4000):
+        page.evaluate(f"window.scrollTo(0, {scroll})")
+        page.wait_for_timeout(200)
+        covered[scroll] = page.evaluate(
+            """() => {
+            const area = document.querySelector('.md-sidebar--primary .md-sidebar__scrollwrap')
+              .getBoundingClientRect();
+            const links = [...document.querySelectorAll('.md-sidebar--primary a.md-nav__link')];
+            const shown = links.map(a => [a, a.getBoundingClientRect()]).filter(([a, r]) =>
+              r.width > 0 && r.top + 2 >= area.top && r.top + 2 <= area.bottom);
+            return shown.filter(([a, r]) =>
+              !a.contains(document.elementFromPoint(r.left + r.width / 2, r.top + 2)))
+              .map(([a, r]) => a.innerText.trim());
+            }"""
+        )
+    assert covered == {0: [], 4000: []}, f"sidebar entries covered at {width} x {height}: {covered}"
+    assert blocked == [] and errors == []

@@ -421,6 +421,7 @@ def documented_snippets() -> list[tuple[str, str]]:
     the test above runs and checks), the reference page's, and those of every chapter's prose."""
     root = Path(__file__).parents[1]
     snippets = [("README.md", b) for b in python_blocks((root / "README.md").read_text())[1:]]
+    snippets += [("PACKAGE.md", b) for b in python_blocks((root / "PACKAGE.md").read_text())]
     reference = (root / "docs" / "reference.md").read_text()
     snippets += [("docs/reference.md", b) for b in python_blocks(reference)]
     for notebook in sorted((root / "notebooks").glob("*.ipynb")):
@@ -480,9 +481,25 @@ def test_the_source_distribution_holds_the_library_and_its_notices_not_the_tests
         archive = tmp_path / build_meta.build_sdist(str(tmp_path))
     finally:
         os.chdir(cwd)
-    names = {name.partition("/")[2] for name in tarfile.open(archive).getnames()}
+    with tarfile.open(archive) as sdist:
+        names = {name.partition("/")[2] for name in sdist.getnames()}
+        metadata = sdist.extractfile(f"{archive.name.removesuffix('.tar.gz')}/PKG-INFO").read()
     assert {"txl_lib/model.py", "LICENSE", "NOTICE", "CHANGELOG.md", "CITATION.cff"} <= names
     assert not any(name.startswith("tests") for name in names)
+    # the package index shows PACKAGE.md, whose every link is absolute (the README's are relative)
+    page = (root / "PACKAGE.md").read_text()
+    assert page.strip() in metadata.decode()
+    links = re.findall(r"\]\(([^)]*)\)", page)
+    assert links and all(link.startswith("https://") for link in links), links
+
+
+def test_the_version_lives_in_pyproject_and_names_the_changelogs_newest_release():
+    "One place for the version: pyproject.toml; the changelog's newest release is that version."
+    root = Path(__file__).parents[1]
+    version = re.search(r'^version = "(.+)"$', (root / "pyproject.toml").read_text(), re.M)[1]
+    releases = re.findall(r"^## \[(\d[^\]]*)\]", (root / "CHANGELOG.md").read_text(), re.M)
+    assert releases[0] == version == txl_lib.__version__, (releases, version)
+    assert not re.search(r"^version:", (root / "CITATION.cff").read_text(), re.M)
 
 
 CLASS_CONFIGS = {  # one small config per model class of the series
