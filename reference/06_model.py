@@ -4,7 +4,7 @@ Trains the nine models the chapter evaluates (too much training for its 90 s): t
 pydoc the Transformer-XL (segments and memory of 32) and the vanilla model of chapter 01, seeds 0, 1 and 2. Writes,
 next to this file, `06_model/models.safetensors` (the weights in float16, about 2 MB) and `06_model/training_log.json`
 (configs, vocabulary, training losses, each model's held-out result in float32, seconds).
-Run from the repository root: `python reference/06_model.py` (or `make reference`); about 8 minutes of CPU time on
+Run from the repository root: `python reference/06_model.py` (or `make reference`); about half an hour of CPU time on
 one core. Fixed seeds: a rerun gives the same models up to the last bits of float arithmetic.
 """
 import dataclasses

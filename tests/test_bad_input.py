@@ -251,6 +251,12 @@ CASES = [
         ValueError,
         "needs an evaluator",
     ),
+    (
+        "an evaluator without eval_every",
+        lambda e: train(e.model, stream_documents(e.ids), 1, 4, evaluator=lambda m, s: 0.0),
+        ValueError,
+        "an evaluator needs eval_every >= 1",
+    ),
     ("evaluate tgt_len 0", lambda e: evaluate(e.model, e.ids, e.ids, 0), ValueError, "tgt_len"),
     (
         "evaluate with every target IGNORE",

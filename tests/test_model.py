@@ -8,8 +8,9 @@ import torch
 import torch.nn.functional as F
 
 from txl_lib.convert import from_hf, from_original
-from txl_lib.model import TXLConfig, TransformerXL, generate
+from txl_lib.model import TXLConfig, TransformerXL, generate, load_checkpoint, save_checkpoint
 from txl_lib import build_model, AdaptiveConfig, KNNConfig, VariantConfig
+from txl_lib import from_pretrained, save_pretrained
 from txl_lib.data import IGNORE, mean_loss, token_loss
 from txl_lib.training import evaluate, memory_length
 from txl_lib.vanilla import VanillaTransformerLM
@@ -350,3 +351,27 @@ def test_checkpoint_activations_is_refused_where_it_cannot_hold():
         model.checkpoint_activations = 1
         with pytest.raises(TypeError, match="checkpoint_activations must be True or False, got 1"):
             model(torch.zeros(1, 4, dtype=torch.long))
+
+
+def test_a_port_with_another_layer_norm_epsilon_is_refused():
+    "Our layer norms use 1e-5; a port with another epsilon computes another function: refused."
+    port = random_port(0, layer_norm_epsilon=0.5)
+    with pytest.raises(ValueError, match="HuggingFace config options not supported.*0.5"):
+        from_hf(port)
+
+
+@pytest.mark.parametrize("kind", ["folder", "checkpoint"])
+def test_loading_a_model_draws_none_of_the_callers_random_numbers(kind, tmp_path):
+    "The random initialisation a load overwrites runs on a forked generator."
+    model = TransformerXL(TXLConfig.tiny(n_token=20))
+    save_pretrained(model, tmp_path / "folder")
+    save_checkpoint(tmp_path / "checkpoint.pt", model, step=1)
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    if kind == "folder":
+        loaded = from_pretrained(tmp_path / "folder")
+    else:
+        loaded = load_checkpoint(tmp_path / "checkpoint.pt")[0]
+    assert torch.equal(torch.rand(3), expected)
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), loaded.parameters()))

@@ -66,6 +66,18 @@ def test_compare_follows_the_rule_of_twice_the_spread():
     assert compare([1.0, 1.4], [1.1, 1.2])[2] == "no measurable difference"
 
 
+@pytest.mark.parametrize(
+    "a, b, paired",
+    [([1.0], [2.0, 2.1], False), ([1.0, 1.1], [2.0], False), ([1.0, 1.2, 1.1], [2.0, 2.1], True)],
+)
+def test_compare_refuses_one_seed_and_unequal_pairs(a, b, paired):
+    "One seed has no spread (NaN), and zip would silently drop the unpaired seeds."
+    with pytest.raises(
+        ValueError, match=f"compare needs at least 2 seeds a side.*got {len(a)} and"
+    ):
+        compare(a, b, paired=paired)
+
+
 def test_the_readme_quotes_the_claims_the_last_chapter_printed():
     """Every row of the README's table of claims measured on Shakespeare is a line chapter 12a
     printed in its stored run."""

@@ -467,7 +467,7 @@ def check_config_json(file: Path):
 PICKLED_HINT = (
     "holds pickled code, which is never run here (weights_only=True). If it is the "
     "original's model.pt, re-save its weights in the original's repository: "
-    "torch.save(torch.load('model.pt').state_dict(), 'state_dict.pt')"
+    "torch.save(torch.load('model.pt', weights_only=False).state_dict(), 'state_dict.pt')"
 )
 
 # %% ../notebooks/09_adaptive_softmax.ipynb #c022

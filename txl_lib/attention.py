@@ -22,7 +22,7 @@ def relative_index(T: int, K: int, device=None) -> torch.Tensor:
     j = torch.arange(K, device=device)[None, :]
     return (T - 1 - i + j).clamp(max=K - 1)
 
-
+# %% ../notebooks/04_score_decomposition.ipynb #c006t
 @dataclass
 class ScoreTerms:
     "The four terms of the relative attention score, each (B, H, T, K), before scaling and masking."
@@ -81,8 +81,8 @@ def rel_shift(x: torch.Tensor) -> torch.Tensor:
 
 
 def read_shifted(padded: torch.Tensor) -> torch.Tensor:
-    """(..., T, K+1) scores whose column 0 is zero, read back aligned as (..., T, K): drop T
-    numbers, reshape."""
+    """(..., T, K+1) scores behind a spacer column 0 (never read on a causal entry), read back
+    aligned as (..., T, K)."""
     if (
         not isinstance(padded, torch.Tensor)
         or padded.dim() < 2

@@ -114,7 +114,7 @@ def check_mems(mems, config, batch_size: int, like: torch.Tensor):
         )
 
 # %% ../notebooks/00c_checks.ipynb #c009
-# below it logits / temperature overflows to inf for logits ~ 1e34; 0 is greedy
+# 0 is greedy; below 1e-4 sampling is greedy in all but name (overflow needs logits > 3e34)
 MIN_TEMPERATURE = 1e-4
 
 

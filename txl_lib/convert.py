@@ -120,13 +120,13 @@ def hf_base_fields(c: dict) -> dict:
     an error."""
     wrong = {
         k: c.get(k)
-        for k, want in [("attn_type", 0), ("sample_softmax", -1)]
+        for k, want in [("attn_type", 0), ("sample_softmax", -1), ("layer_norm_epsilon", 1e-5)]
         if c.get(k, want) != want
     }
     if wrong:
         raise ValueError(
             f"HuggingFace config options not supported: {wrong} (expected attn_type 0, "
-            "no sampled softmax)"
+            "no sampled softmax, layer_norm_epsilon 1e-5, as our layer norms)"
         )
     return dict(
         n_token=c["vocab_size"],
@@ -148,7 +148,7 @@ def hf_base_fields(c: dict) -> dict:
 # %% ../notebooks/06a_original_checkpoints.ipynb #c009b
 def from_hf(hf_model) -> TransformerXL:
     """Our model equal to a HuggingFace `TransfoXLLMHeadModel` (transformers 4.37.2); adaptive ones:
-    `txl_lib.from_hf`."""
+    the top-level `txl_lib.from_hf` (chapter 12)."""
     config = config_from_hf(hf_model.config)
     return from_original(
         {k.removeprefix("transformer."): v for k, v in hf_model.state_dict().items()}, config

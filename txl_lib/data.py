@@ -155,14 +155,14 @@ def recall_task(
         raise ValueError(f"n_pairs must be an int in [1, n_symbols={n_symbols}], got {n_pairs!r}")
     if not (isinstance(distance, int) and distance >= 2):
         raise ValueError(f"distance must be an int >= 2, got {distance!r}")
-    N, g = n_examples, generator
-    # (n_examples, P) distinct keys
-    keys = torch.rand(N, n_symbols, generator=g).argsort(1)[:, :n_pairs]
-    values = n_symbols + torch.randint(n_symbols, (N, n_pairs), generator=g)  # (n_examples, P)
-    pairs = torch.stack([keys, values], dim=2).flatten(1)  # (n_examples, 2P)
-    filler = 2 * n_symbols + torch.randint(n_filler, (N, distance - 2), generator=g)
-    asked = torch.randint(n_pairs, (N, 1), generator=g)  # which pair is queried
-    query = torch.full((N, 1), 2 * n_symbols + n_filler)
+    n, g = n_examples, generator  # n examples of n_pairs pairs
+    # (n, n_pairs) distinct keys
+    keys = torch.rand(n, n_symbols, generator=g).argsort(1)[:, :n_pairs]
+    values = n_symbols + torch.randint(n_symbols, (n, n_pairs), generator=g)  # (n, n_pairs)
+    pairs = torch.stack([keys, values], dim=2).flatten(1)  # (n, 2 * n_pairs)
+    filler = 2 * n_symbols + torch.randint(n_filler, (n, distance - 2), generator=g)
+    asked = torch.randint(n_pairs, (n, 1), generator=g)  # which pair is queried
+    query = torch.full((n, 1), 2 * n_symbols + n_filler)
     seq = torch.cat([pairs, filler, query, keys.gather(1, asked), values.gather(1, asked)], dim=1)
     targets = torch.full_like(seq[:, 1:], IGNORE)
     targets[:, -1] = seq[:, -1]

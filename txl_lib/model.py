@@ -463,7 +463,8 @@ def load_checkpoint(
     check_sha256(path, payload)
     with torch.device("meta"):  # shapes only: an implausible config allocates nothing
         check_stored_weights(path, payload["model"], build(config))
-    model = build(config)
+    with torch.random.fork_rng(devices=[]):  # its init, overwritten, draws none of the caller's
+        model = build(config)  # random numbers
     try:
         model.load_state_dict(payload["model"])
     except RuntimeError as e:
@@ -550,6 +551,7 @@ def load_folder(folder: Path, expected, read_config, build) -> nn.Module:
         skeleton = build(config)
     weights = fill_tied(skeleton, weights)
     check_stored_weights(weights_file, weights, skeleton)
-    model = build(config)
+    with torch.random.fork_rng(devices=[]):  # its init, overwritten, draws none of the caller's
+        model = build(config)  # random numbers
     model.load_state_dict(weights)
     return model.eval()

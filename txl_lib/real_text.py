@@ -55,7 +55,7 @@ def _ranked(claim: str, a: list, b: list, names: tuple, paired: bool = False) ->
     negative."""
     gap, spread, verdict = compare(a, b, paired)
     measured = (
-        f"{names[0]} {_shown(a)}, {names[1]} {_shown(b)} bpc; difference {gap:+.3f} ± {spread:.3f}"
+        f"{names[0]} {_shown(a)}, {names[1]} {_shown(b)} bpc; difference {gap:+.4f} ± {spread:.4f}"
     )
     if verdict != "measurable":
         return dict(

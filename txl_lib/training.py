@@ -39,6 +39,8 @@ def check_training_args(steps, tgt_len, lr, warmup=None, clip=0.25, evaluator=No
             f"eval_every={eval_every} needs an evaluator, a callable (model, step) -> float, "
             f"got {evaluator!r}"
         )
+    if evaluator is not None and not eval_every:
+        raise ValueError("an evaluator needs eval_every >= 1, the steps between its calls, got 0")
 
 # %% ../notebooks/00b_training.ipynb #c152a
 def check_same_shape(inputs, targets):
@@ -176,7 +178,8 @@ def train(
             out = model(inputs, mems=None if first else mems, targets=targets)
             loss = mean_loss(out.losses, targets)
             optimizer_step(model, optimizer, schedule, loss, clip, len(history) + 1)
-            mems, history = out.mems, history + [loss.item()]
+            mems = out.mems
+            history.append(loss.item())
             if evaluator is not None and eval_every and len(history) % eval_every == 0:
                 note = f" · eval {evaluator(model, len(history)):.3f}"
                 model.train()

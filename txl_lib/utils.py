@@ -127,6 +127,11 @@ def mean_spread(values) -> tuple[float, float]:
 def compare(a, b, paired: bool = False) -> tuple[float, float, str]:
     """mean(a) - mean(b), its spread
     (paired: std of the per-seed differences; else sqrt(s_a² + s_b²)) and the verdict."""
+    if min(len(a), len(b)) < 2 or (paired and len(a) != len(b)):
+        raise ValueError(
+            f"compare needs at least 2 seeds a side (paired: as many on each side), got {len(a)} "
+            f"and {len(b)} values"
+        )
     (mean_a, s_a), (mean_b, s_b) = mean_spread(a), mean_spread(b)
     spread = mean_spread([x - y for x, y in zip(a, b)])[1] if paired else math.hypot(s_a, s_b)
     gap = mean_a - mean_b
@@ -151,6 +156,8 @@ def write_atomically(path, data) -> Path:
                 data(f)
             else:
                 f.write(data)
+            f.flush()
+            os.fsync(f.fileno())  # on the disk before the rename: a power cut keeps old or new
         os.replace(tmp, path)
     except (OSError, RuntimeError) as e:  # torch reports a full disk as "unexpected pos"
         if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "unexpected pos" in str(e):
@@ -187,7 +194,12 @@ class Linear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w, rows = self.weight, x.numel() // self.in_features
-        if rows > self.few_rows or torch.is_grad_enabled() or not x.is_cpu or w.size(0) % 2:
+        if (
+            not 0 < rows <= self.few_rows
+            or torch.is_grad_enabled()
+            or not x.is_cpu
+            or w.size(0) % 2
+        ):
             return super().forward(x)
         columns = x.reshape(rows, -1).contiguous().T.expand(2, -1, -1)  # (2, in, rows)
         y = (
