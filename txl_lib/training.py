@@ -165,8 +165,7 @@ def train(
     evaluator=None,
     eval_every: int = 0,
 ) -> list[float]:
-    """Take `steps` optimiser steps, one per segment of `tgt_len` over `documents`, memory carried;
-    return the losses."""
+    "`steps` optimiser steps, one per segment of `tgt_len` of `documents`, memory carried: losses."
     check_training_args(steps, tgt_len, lr, warmup, clip, evaluator, eval_every)
     optimizer, schedule = adam_with_schedule(model, lr, steps, warmup)
     history, mems, note = [], None, ""
