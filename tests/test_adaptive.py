@@ -8,13 +8,13 @@ import warnings
 import pytest
 import torch
 
+from txl_lib.pretrained import from_pretrained
 from txl_lib.adaptive import (
     AdaptiveConfig,
     AdaptiveTransformerXL,
     ProjectedAdaptiveLogSoftmax,
     WordVocab,
     from_state_dict,
-    load_pretrained,
     model_for,
 )
 from txl_lib.adaptive import (
@@ -62,7 +62,7 @@ def hf_port(seed, cutoffs=(10, 25, 45), div_val=2, d_model=16, d_embed=24, **opt
 
 def loaded(port, tmp_path, safe=True):
     port.save_pretrained(tmp_path, safe_serialization=safe)
-    return load_pretrained(tmp_path)
+    return from_pretrained(tmp_path)
 
 
 PORTS = [
@@ -302,14 +302,14 @@ def test_greedy_generation_picks_the_argmax_of_a_full_forward():
 def test_txl_lib_checkpoints_and_original_state_dicts_round_trip(tmp_path):
     model = adaptive_model(2)
     save_checkpoint(tmp_path / "ours.pt", model, step=3)
-    again = load_pretrained(tmp_path / "ours.pt")
+    again = from_pretrained(tmp_path / "ours.pt")
     x = torch.randint(V, (1, 7))
     with torch.no_grad():
         torch.testing.assert_close(again(x).logits, model(x).logits)
     port = hf_port(4)
     state = {k.removeprefix("transformer."): v for k, v in port.state_dict().items()}
     torch.save(state, tmp_path / "original.pt")
-    from_file = load_pretrained(tmp_path / "original.pt", config=config_from_hf(port.config))
+    from_file = from_pretrained(tmp_path / "original.pt", config=config_from_hf(port.config))
     direct = from_state_dict(state, config_from_hf(port.config), source="original")
     with torch.no_grad():
         torch.testing.assert_close(from_file(x).logits, direct(x).logits)
@@ -325,13 +325,13 @@ def test_what_does_not_fit_is_refused(tmp_path):
     (tmp_path / "empty").mkdir()
     cases = [
         (
-            lambda: load_pretrained(tmp_path / "hf", config=dataclasses.replace(config, n_layer=3)),
+            lambda: from_pretrained(tmp_path / "hf", config=dataclasses.replace(config, n_layer=3)),
             "another config",
         ),
-        (lambda: load_pretrained(tmp_path / "state.pt"), "pass config="),
-        (lambda: load_pretrained(tmp_path / "pickled.pt", config=config), "weights_only=True"),
-        (lambda: load_pretrained(tmp_path / "empty"), "without config.json"),
-        (lambda: load_pretrained(tmp_path / "missing.pt"), "no checkpoint"),
+        (lambda: from_pretrained(tmp_path / "state.pt"), "pass config="),
+        (lambda: from_pretrained(tmp_path / "pickled.pt", config=config), "weights_only=True"),
+        (lambda: from_pretrained(tmp_path / "empty"), "without config.json"),
+        (lambda: from_pretrained(tmp_path / "missing.pt"), "no checkpoint"),
         (
             lambda: from_state_dict(
                 {**state, "crit.out_layers.1.weight": state["crit.out_layers.1.weight"] + 1}, config

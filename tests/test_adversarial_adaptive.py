@@ -9,12 +9,12 @@ import warnings
 import pytest
 import torch
 
+from txl_lib.pretrained import from_pretrained
 from txl_lib.adaptive import (
     AdaptiveEmbedding,
     ProjectedAdaptiveLogSoftmax,
     WordVocab,
     from_state_dict,
-    load_pretrained,
 )
 from txl_lib.adaptive import (
     adaptive_config_from_hf as config_from_hf,
@@ -90,7 +90,7 @@ def refused(call, error, *fragments):
     [
         (json.dumps(GPT2_CONFIG), "model_type 'transfo-xl'"),
         ('{"model_type": "transfo-xl", "vocab_size": 40', "not valid JSON"),
-        ("[1, 2, 3]", "a JSON object"),
+        ("[1, 2, 3]", "holds a JSON list, expected an object"),
         ("\udcff".encode("utf-8", "surrogateescape"), "not valid JSON"),
     ],
 )
@@ -99,7 +99,7 @@ def test_a_config_json_of_another_model_or_broken_is_one_error_naming_the_file(
 ):
     data = text if isinstance(text, bytes) else text.encode()
     folder = copy_of(hf_folder, tmp_path, **{"config.json": data})
-    refused(lambda: load_pretrained(folder), ValueError, str(folder / "config.json"), expected)
+    refused(lambda: from_pretrained(folder), ValueError, str(folder / "config.json"), expected)
 
 
 @pytest.mark.parametrize(
@@ -122,7 +122,7 @@ def test_a_transfo_xl_config_json_with_missing_or_wrong_fields_is_one_error_nami
     config = json.loads((hf_folder / "config.json").read_text())
     change(config)
     folder = copy_of(hf_folder, tmp_path, **{"config.json": json.dumps(config).encode()})
-    message = refused(lambda: load_pretrained(folder), ValueError, expected)
+    message = refused(lambda: from_pretrained(folder), ValueError, expected)
     assert str(folder) in message
 
 
@@ -142,7 +142,7 @@ def test_a_corrupt_or_truncated_weights_file_is_one_error_naming_it(
     folder = copy_of(hf_folder, tmp_path / "folder", **{name: data})
     if name == "pytorch_model.bin":  # read only when there is no model.safetensors
         (folder / "model.safetensors").unlink()
-    refused(lambda: load_pretrained(folder), ValueError, str(folder / name), "corrupt or truncated")
+    refused(lambda: from_pretrained(folder), ValueError, str(folder / name), "corrupt or truncated")
 
 
 def test_weights_of_another_model_name_the_file(hf_folder, tmp_path):
@@ -157,7 +157,7 @@ def test_weights_of_another_model_name_the_file(hf_folder, tmp_path):
         hf_folder, tmp_path / "folder", **{"model.safetensors": (tmp_path / "gpt2.st").read_bytes()}
     )
     refused(
-        lambda: load_pretrained(folder), ValueError, str(folder / "model.safetensors"), "wte.weight"
+        lambda: from_pretrained(folder), ValueError, str(folder / "model.safetensors"), "wte.weight"
     )
 
 
@@ -170,14 +170,14 @@ def test_a_failed_load_changes_no_file_and_no_random_state_and_a_good_one_draws_
     )
     before = {p: p.read_bytes() for p in folder.iterdir()}
     refused(
-        lambda: load_pretrained(folder),
+        lambda: from_pretrained(folder),
         ValueError,
         str(folder / "model.safetensors"),
         "do not fit the config",
     )
     assert {p: p.read_bytes() for p in folder.iterdir()} == before
     state = torch.random.get_rng_state()
-    load_pretrained(hf_folder)
+    from_pretrained(hf_folder)
     assert torch.equal(torch.random.get_rng_state(), state)
 
 
@@ -185,14 +185,14 @@ def test_a_bare_state_dict_file_of_the_wrong_kind_names_the_file(hf_folder, tmp_
     config = config_from_hf(json.loads((hf_folder / "config.json").read_text()))
     torch.save({"word_emb.emb_layers.0.weight": [1.0, 2.0]}, tmp_path / "lists.pt")
     refused(
-        lambda: load_pretrained(tmp_path / "lists.pt", config=config),
+        lambda: from_pretrained(tmp_path / "lists.pt", config=config),
         ValueError,
         str(tmp_path / "lists.pt"),
         "tensor",
     )
     torch.save({"word_emb.emb_layers.0.weight": torch.zeros(3)}, tmp_path / "partial.pt")
     refused(
-        lambda: load_pretrained(tmp_path / "partial.pt", config=config),
+        lambda: from_pretrained(tmp_path / "partial.pt", config=config),
         ValueError,
         str(tmp_path / "partial.pt"),
         "missing",
@@ -200,7 +200,7 @@ def test_a_bare_state_dict_file_of_the_wrong_kind_names_the_file(hf_folder, tmp_
     good = (tmp_path / "partial.pt").read_bytes()
     (tmp_path / "cut.pt").write_bytes(good[: len(good) // 2])
     refused(
-        lambda: load_pretrained(tmp_path / "cut.pt", config=config),
+        lambda: from_pretrained(tmp_path / "cut.pt", config=config),
         ValueError,
         str(tmp_path / "cut.pt"),
         "corrupt or truncated",
@@ -211,11 +211,11 @@ def test_a_bare_state_dict_file_of_the_wrong_kind_names_the_file(hf_folder, tmp_
     "call, error, expected",
     [
         (
-            lambda f: load_pretrained(f, config={"n_layer": 2}),
+            lambda f: from_pretrained(f, config={"n_layer": 2}),
             TypeError,
             "config must be a TXLConfig",
         ),
-        (lambda f: load_pretrained(None), TypeError, "path must be"),
+        (lambda f: from_pretrained(None), TypeError, "path must be"),
         (
             lambda f: from_state_dict([("a", torch.zeros(1))], TXLConfig(n_token=V)),
             TypeError,
