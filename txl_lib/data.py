@@ -188,9 +188,10 @@ class LMOutput:
     logits     (B, T, V) next-token scores (log-probabilities for chapter 09's adaptive softmax,
                None there with targets)
     losses     (B, T) cross-entropy of each target, 0 where it is IGNORE; None without targets
-    mems       the memory for the next segment, one (B, M, E) tensor per layer; None for a model
-               without memory
-    hiddens    the layer inputs of this segment, one (B, T, E) per layer
+    mems       the memory for the next segment: one (B, M, E) tensor per layer (chapter 06c's LSTM:
+               its state [h, c]); None for a model without memory
+    hiddens    the layer inputs of this segment, one (B, T, E) per layer (the LSTM: the embedded
+               segment alone)
     loss       () the mean of `losses` over the scored targets, the scalar to call `.backward()`
                on, as HuggingFace's `loss`; None without targets
     """

@@ -109,7 +109,7 @@ def init_weights(model: nn.Module, std: float):
 
 # %% ../notebooks/06_model.ipynb #c015
 class PretrainedModel(nn.Module):
-    """What every model of the series does beside `forward`, as in HuggingFace:
+    """What every model `build_model` builds does beside `forward`, as in HuggingFace:
     `model.save_pretrained(folder)`, `Model.from_pretrained(folder)` and
     `model.generate(prompt_ids, max_new_tokens)`."""
 
