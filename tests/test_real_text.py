@@ -24,6 +24,10 @@ def record(model, seed, bpc):
         folder="f",
         valid_bpc=bpc,
         test_bpc=bpc,
+        test_head_bpc=bpc,
+        test_bpc_by_memory=None,
+        sliding=None,
+        train_cpu_seconds=1.0,
     )
 
 
