@@ -10,7 +10,7 @@ __all__ = ['MODEL_OF_CONFIG', 'CONFIG_CLASSES', 'UNUSED_BEFORE', 'HF_CONFIG_KEYS
            'from_hf']
 
 # %% ../notebooks/12_using_the_library.ipynb #c002
-import json, os
+import os
 from dataclasses import fields
 from pathlib import Path
 
@@ -18,7 +18,6 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from .utils import read_json
 from .model import TXLConfig, TransformerXL, load_checkpoint, load_folder, read_json_object
 from .model import config_of_fields, check_expected, FORMAT
 from .variants import VariantConfig, PositionVariantLM
@@ -133,16 +132,10 @@ HF_CONFIG_KEYS = (
 )
 
 # %% ../notebooks/12_using_the_library.ipynb #c126a
-def check_config_json(file: Path):
-    """A HuggingFace TransfoXL config.json: a JSON object with model_type 'transfo-xl' (or none) and
-    the keys we read."""
-    fix = "expected the config.json that save_pretrained writes for a TransfoXL model"
-    data = read_json(file, fix)
-    if not isinstance(data, dict):
-        raise ValueError(
-            f"{file} holds a JSON {type(data).__name__}, expected a JSON object (a "
-            "TransfoXL config)"
-        )
+def check_config_json(file: Path) -> dict:
+    """A HuggingFace TransfoXL config.json, read once: a JSON object with model_type 'transfo-xl'
+    (or none) and the keys we read."""
+    data = read_json_object(file)  # chapter 06's reader: one error for bad JSON or a non-object
     if data.get("model_type", "transfo-xl") != "transfo-xl":
         raise ValueError(
             f"{file} is the config of a {data['model_type']!r} model: expected "
@@ -156,18 +149,17 @@ def check_config_json(file: Path):
         raise ValueError(
             f"{file}: {not_lists} must be JSON lists, got {[data[k] for k in not_lists]}"
         )
-    try:
-        adaptive_config_from_hf(data) if is_adaptive_hf(data) else config_from_hf(data)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{file} holds an invalid TransfoXL config: {e}") from None
+    return data
 
 # %% ../notebooks/12_using_the_library.ipynb #c222
 def read_hf_config(file: Path) -> TXLConfig:
     """Our config for a HuggingFace TransfoXL config.json: an AdaptiveConfig, or chapter 06a's
     TXLConfig."""
-    check_config_json(file)
-    c = json.loads(file.read_text())
-    return adaptive_config_from_hf(c) if is_adaptive_hf(c) else config_from_hf(c)
+    c = check_config_json(file)
+    try:
+        return adaptive_config_from_hf(c) if is_adaptive_hf(c) else config_from_hf(c)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{file} holds an invalid TransfoXL config: {e}") from None
 
 # %% ../notebooks/12_using_the_library.ipynb #c128
 PICKLED_HINT = (
