@@ -6,6 +6,7 @@ arguments."""
 import json
 import math
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -149,6 +150,38 @@ def test_two_gloo_processes_equal_one_process_on_the_same_global_batch(tmp_path)
         ValueError, match=r"processes 1 \(the run has 2\)"
     ):  # resuming with another world size
         train_command(args + ["--out", str(tmp_path / "two"), "--resume", "--steps", "9"])
+
+
+COUNT_THREADS = """
+import os, sys, threading
+from txl_lib.cli import train_command
+def native():  # the process's threads that Python did not start
+    return len(os.listdir("/proc/self/task")) - threading.active_count()
+before = native()
+train_command(sys.argv[1:])
+print("threads before", before, "after", native())
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
+def test_two_gloo_processes_leave_no_thread_of_the_process_group_behind(tmp_path):
+    # a gloo thread still alive when Python shuts down can abort the process: see setup_distributed
+    script = tmp_path / "count_threads.py"
+    script.write_text(COUNT_THREADS)
+    launch = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+    ]
+    args = SMALL + ["--steps", "2", "--out", str(tmp_path / "run")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([*launch, str(script), *args], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    counts = re.findall(r"threads before (\d+) after (\d+)", done.stdout)
+    assert len(counts) == 2 and all(before == after for before, after in counts), counts
 
 
 @pytest.mark.parametrize(

@@ -421,6 +421,11 @@ def setup_distributed(device: str) -> tuple[int, int]:
     process."""
     world = int(os.environ.get("WORLD_SIZE", 1))
     if world > 1 and not dist.is_initialized():
+        # DDP imports torch._dynamo. Imported after the group exists, it keeps the group alive past
+        # destroy_process_group (torch 2.13): gloo's threads then outlive the program, and one that
+        # frees its last result while Python shuts down aborts the process (tests/test_cli.py).
+        import torch._dynamo  # noqa: F401 -- before the group: destroy_process_group ends it
+
         dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
     rank = dist.get_rank() if world > 1 else 0
     if device.startswith("cuda") and world > 1:
