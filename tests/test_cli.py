@@ -112,6 +112,16 @@ def test_generate_reads_the_model_pt_of_an_earlier_version_s_run(tmp_path):
     assert generate_command(["--checkpoint", str(older), *argv]) == expected
 
 
+TWO_PROCESSES = [
+    sys.executable,
+    "-m",
+    "torch.distributed.run",
+    "--standalone",
+    "--nproc_per_node",
+    "2",
+]
+
+
 def test_two_gloo_processes_equal_one_process_on_the_same_global_batch(tmp_path):
     args = SMALL + "--steps 6 --save-every 3 --batch-size 5".split()  # 3 + 2 streams: uneven
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -122,20 +132,7 @@ def test_two_gloo_processes_equal_one_process_on_the_same_global_batch(tmp_path)
         text=True,
     )
     two = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc_per_node",
-            "2",
-            "-m",
-            "txl_lib",
-            "train",
-            *args,
-            "--out",
-            str(tmp_path / "two"),
-        ],
+        [*TWO_PROCESSES, "-m", "txl_lib", "train", *args, "--out", str(tmp_path / "two")],
         env=env,
         capture_output=True,
         text=True,
@@ -168,17 +165,11 @@ def test_two_gloo_processes_leave_no_thread_of_the_process_group_behind(tmp_path
     # a gloo thread still alive when Python shuts down can abort the process: see setup_distributed
     script = tmp_path / "count_threads.py"
     script.write_text(COUNT_THREADS)
-    launch = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-    ]
     args = SMALL + ["--steps", "2", "--out", str(tmp_path / "run")]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([*launch, str(script), *args], env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [*TWO_PROCESSES, str(script), *args], env=env, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     counts = re.findall(r"threads before (\d+) after (\d+)", done.stdout)
     assert len(counts) == 2 and all(before == after for before, after in counts), counts
