@@ -179,7 +179,7 @@ def train(
             optimizer_step(model, optimizer, schedule, loss, clip, len(history) + 1)
             mems = out.mems
             history.append(loss.item())
-            if evaluator is not None and eval_every and len(history) % eval_every == 0:
+            if evaluator is not None and len(history) % eval_every == 0:  # eval_every >= 1 here
                 note = f" · eval {evaluator(model, len(history)):.3f}"
                 model.train()
             bar.set_postfix_str(f" loss {history[-1]:.3f}{note}", refresh=False)
