@@ -5,11 +5,12 @@ later chapter leans on."""
 
 # %% auto #0
 __all__ = ['MAX_INT', 'HEADLINE', 'seed_everything', 'check_shape', 'check_int', 'show_heatmap', 'progress', 'mean_spread',
-           'compare', 'write_atomically', 'read_json', 'Linear', 'cell_seconds', 'timing_table', 'headline',
-           'report_run']
+           't_quantile', 'Comparison', 'compare', 'write_atomically', 'read_json', 'Linear', 'cell_seconds',
+           'timing_table', 'headline', 'report_run']
 
 # %% ../notebooks/00_utils.ipynb #c001
 import base64, errno, json, math, os, random, secrets, sys
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -124,22 +125,62 @@ def mean_spread(values) -> tuple[float, float]:
     return t.mean().item(), t.std().item()
 
 
-def compare(a, b, paired: bool = False) -> tuple[float, float, str]:
-    """mean(a) - mean(b), its spread
-    (paired: std of the per-seed differences; else sqrt(s_a² + s_b²)) and the verdict."""
-    if min(len(a), len(b)) < 2 or (paired and len(a) != len(b)):
+def t_quantile(p: float, df: float) -> float:
+    """Student's t quantile for p in [0.5, 1): Newton's method on the CDF, which is Simpson's rule
+    over the density (concave above 0, so the steps rise to the root from 0 and never overshoot)."""
+    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    weights = torch.tensor([1.0] + [4.0, 2.0] * 1999 + [4.0, 1.0], dtype=torch.float64)
+    density = lambda s: torch.exp(log_c - (df + 1) / 2 * torch.log1p(s**2 / df))
+    x, step = 0.0, 1.0
+    while step > 1e-12 * max(x, 1.0):
+        points = torch.linspace(0, x, 4001, dtype=torch.float64)
+        cdf = 0.5 + (weights * density(points)).sum() * x / 12000  # P(t <= x), x >= 0
+        step = ((p - cdf) / density(torch.tensor(x, dtype=torch.float64))).item()
+        x += step
+    return x
+
+# %% ../notebooks/00_utils.ipynb #c131b
+@dataclass(frozen=True)
+class Comparison:
+    "mean(a) - mean(b), its 95 % interval [low, high], the minimum effect and the verdict."
+
+    difference: float
+    low: float
+    high: float
+    minimum: float
+    verdict: str  # better, worse, no meaningful difference, inconclusive
+
+    def shown(self, digits: int = 3) -> str:
+        d = digits
+        return f"{self.difference:+.{d}f} [{self.low:+.{d}f}, {self.high:+.{d}f}]: {self.verdict}"
+
+
+def compare(a, b, minimum: float, paired: bool = False, lower_is_better: bool = True) -> Comparison:
+    """a against b (values per seed): the difference of the means, its 95 % t-interval (paired, or
+    Welch's) and the verdict with the minimum effect `minimum`."""
+    if min(len(a), len(b)) < 3 or (paired and len(a) != len(b)) or not minimum > 0:
         raise ValueError(
-            f"compare needs at least 2 seeds a side (paired: as many on each side), got {len(a)} "
-            f"and {len(b)} values"
+            f"compare needs at least 3 values a side (paired: as many on each side) and a minimum "
+            f"effect > 0, got {len(a)} and {len(b)} values, minimum {minimum!r}"
         )
-    (mean_a, s_a), (mean_b, s_b) = mean_spread(a), mean_spread(b)
-    spread = mean_spread([x - y for x, y in zip(a, b)])[1] if paired else math.hypot(s_a, s_b)
-    gap = mean_a - mean_b
-    return (
-        gap,
-        spread,
-        "measurable" if abs(gap) > 0 and abs(gap) >= 2 * spread else "no measurable difference",
-    )
+    if paired:
+        mean, s = mean_spread([x - y for x, y in zip(a, b)])
+        se, df = s / math.sqrt(len(a)), len(a) - 1
+    else:
+        (mean_a, s_a), (mean_b, s_b) = mean_spread(a), mean_spread(b)
+        v_a, v_b, mean = s_a**2 / len(a), s_b**2 / len(b), mean_a - mean_b
+        se = math.sqrt(v_a + v_b)
+        welch = (v_a + v_b) ** 2 / (v_a**2 / (len(a) - 1) + v_b**2 / (len(b) - 1)) if se else 0
+        df = welch or len(a) + len(b) - 2
+    half = t_quantile(0.975, df) * se
+    low, high = mean - half, mean + half
+    if -minimum < low and high < minimum:
+        verdict = "no meaningful difference"
+    elif (low > 0 or high < 0) and abs(mean) > minimum:
+        verdict = "better" if (mean < 0) == lower_is_better else "worse"
+    else:
+        verdict = "inconclusive"
+    return Comparison(mean, low, high, minimum, verdict)
 
 # %% ../notebooks/00_utils.ipynb #c141
 def write_atomically(path, data) -> Path:
