@@ -3,6 +3,7 @@ hand-made files and a hand computation."""
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -56,30 +57,95 @@ def test_a_malformed_results_file_is_one_clear_error(tmp_path, content, message)
         read_results(path)
 
 
-def test_compare_follows_the_rule_of_twice_the_spread():
-    a, b = [1.0, 1.2, 1.1], [2.0, 2.1, 1.9]  # std 0.1 each
-    gap, spread, verdict = compare(a, b)
-    assert (
-        math.isclose(gap, -0.9)
-        and math.isclose(spread, math.hypot(0.1, 0.1))
-        and verdict == "measurable"
-    )
-    gap, spread, verdict = compare([1.0, 1.2], [1.05, 1.3], paired=True)  # differences -0.05, -0.1
-    assert math.isclose(gap, -0.075) and math.isclose(spread, math.sqrt(2) * 0.025 / 1)
-    assert verdict == "measurable"
-    assert compare([1.0, 1.4], [1.1, 1.2])[2] == "no measurable difference"
+# Student's t, 97.5 % quantile, by closed forms: 2 degrees of freedom (2p - 1) / sqrt(2p(1 - p));
+# 4 degrees 2 sqrt(cos(arccos(sqrt(a)) / 3) / sqrt(a) - 1) with a = 4p(1 - p)
+P = 0.975
+T_2 = (2 * P - 1) / math.sqrt(2 * P * (1 - P))
+ALPHA = 4 * P * (1 - P)
+T_4 = 2 * math.sqrt(math.cos(math.acos(math.sqrt(ALPHA)) / 3) / math.sqrt(ALPHA) - 1)
+
+
+def welch_df(a, b):
+    "Welch-Satterthwaite, transcribed: (va + vb)^2 / (va^2 / (na - 1) + vb^2 / (nb - 1))."
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    return (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+
+
+def test_compare_paired_is_the_t_interval_of_the_per_seed_differences():
+    assert math.isclose(T_2, 4.302652729749464, rel_tol=1e-12)  # the tables' values
+    assert math.isclose(T_4, 2.7764451051977987, rel_tol=1e-12)
+    base = [1.0, 2.0, 3.0]  # a large spread between seeds, which pairing removes
+    a, b = [x - d for x, d in zip(base, [0.2, 0.25, 0.3])], base
+    d = [x - y for x, y in zip(a, b)]
+    half = T_2 * statistics.stdev(d) / math.sqrt(3)
+    c = compare(a, b, minimum=0.1, paired=True)
+    assert math.isclose(c.difference, statistics.mean(d), rel_tol=1e-9)
+    assert math.isclose(c.high - c.difference, half, rel_tol=1e-6)
+    assert math.isclose(c.difference - c.low, half, rel_tol=1e-6)
+    assert c.minimum == 0.1 and c.verdict == "better"  # [-0.37, -0.13], lower is better
+    assert compare(a, b, minimum=0.1, paired=True, lower_is_better=False).verdict == "worse"
+    assert compare(b, a, minimum=0.1, paired=True).verdict == "worse"
+    assert compare(a, b, minimum=0.1).verdict == "inconclusive"  # unpaired: the seeds' spread
+    assert c.shown() == "-0.250 [-0.374, -0.126]: better"
+
+
+def test_compare_unpaired_is_welchs_interval():
+    a = [-1.0, 0.0, 1.0]  # variance 1
+    x = math.sqrt(5 / 3)
+    b = [5 - x, 5.0, 5.0, 5.0, 5 + x]  # variance 5/6: va/na = 2 vb/nb, Welch's df is 4 (pooled 6)
+    assert math.isclose(welch_df(a, b), 4.0, rel_tol=1e-12)
+    se = math.sqrt(statistics.variance(a) / 3 + statistics.variance(b) / 5)
+    c = compare(a, b, minimum=1.0)
+    assert math.isclose(c.difference, -5.0, rel_tol=1e-9)
+    assert math.isclose(c.high - c.difference, T_4 * se, rel_tol=1e-6)
+    assert math.isclose(c.difference - c.low, T_4 * se, rel_tol=1e-6)
+    assert c.verdict == "better"
+    # a constant b (one published number): Welch's df is len(a) - 1 = 2, the one-sample interval
+    c = compare([0.95, 0.99, 1.0], [0.97] * 3, minimum=0.01, lower_is_better=False)
+    s = statistics.stdev([0.95, 0.99, 1.0])
+    assert math.isclose(c.high - c.difference, T_2 * s / math.sqrt(3), rel_tol=1e-6)
+    assert c.verdict == "inconclusive"
 
 
 @pytest.mark.parametrize(
-    "a, b, paired",
-    [([1.0], [2.0, 2.1], False), ([1.0, 1.1], [2.0], False), ([1.0, 1.2, 1.1], [2.0, 2.1], True)],
+    "d, minimum, verdict",
+    [
+        ([-0.2, -0.25, -0.3], 0.1, "better"),  # [-0.37, -0.13]: excludes 0, beyond the minimum
+        ([0.2, 0.25, 0.3], 0.1, "worse"),
+        ([0.001, -0.001, 0.0], 0.01, "no meaningful difference"),  # [-0.0025, +0.0025]
+        ([0.01, 0.011, 0.012], 0.05, "no meaningful difference"),  # excludes 0, but tiny
+        ([-0.1, -0.2, -0.3], 0.05, "inconclusive"),  # [-0.45, +0.05]: 0 inside
+        ([-0.2, -0.25, -0.3], 0.3, "inconclusive"),  # excludes 0, not beyond the minimum
+    ],
 )
-def test_compare_refuses_one_seed_and_unequal_pairs(a, b, paired):
-    "One seed has no spread (NaN), and zip would silently drop the unpaired seeds."
+def test_compare_reaches_each_verdict(d, minimum, verdict):
+    c = compare(d, [0.0] * len(d), minimum, paired=True)
+    half = T_2 * statistics.stdev(d) / math.sqrt(len(d))
+    low, high = statistics.mean(d) - half, statistics.mean(d) + half  # the rule, by hand
+    assert (-minimum < low and high < minimum) == (verdict == "no meaningful difference")
+    assert ((low > 0 or high < 0) and abs(statistics.mean(d)) > minimum) == (
+        verdict in ("better", "worse")
+    )
+    assert c.verdict == verdict
+
+
+@pytest.mark.parametrize(
+    "a, b, paired, minimum",
+    [
+        ([1.0, 1.1], [2.0, 2.1, 2.2], False, 0.1),  # 2 seeds: refused, even beside 3
+        ([1.0, 1.1, 1.2], [2.0, 2.1], False, 0.1),
+        ([1.0], [2.0, 2.1, 2.2], False, 0.1),
+        ([1.0, 1.2, 1.1, 1.3], [2.0, 2.1, 2.2], True, 0.1),  # zip would drop the unpaired seed
+        ([1.0, 1.2, 1.1], [2.0, 2.1, 2.2], False, 0.0),  # no minimum effect
+        ([1.0, 1.2, 1.1], [2.0, 2.1, 2.2], True, -0.1),
+        ([1.0, 1.2, 1.1], [2.0, 2.1, 2.2], False, float("nan")),
+    ],
+)
+def test_compare_refuses_two_seeds_unequal_pairs_and_no_minimum(a, b, paired, minimum):
     with pytest.raises(
-        ValueError, match=f"compare needs at least 2 seeds a side.*got {len(a)} and"
+        ValueError, match=f"compare needs at least 3 values a side.*got {len(a)} and {len(b)}"
     ):
-        compare(a, b, paired=paired)
+        compare(a, b, minimum, paired=paired)
 
 
 def test_the_readme_quotes_the_claims_the_last_chapter_printed():
@@ -148,6 +214,9 @@ def test_claims_table_verdicts_on_a_run_built_by_hand(tmp_path):
     ]  # 24 against 8: +200 %
 
 
-def test_compare_calls_no_difference_no_difference():
-    "Equal numbers have no spread, and no difference: not 'measurable'."
-    assert compare([1.0, 1.0], [1.0, 1.0]) == (0.0, 0.0, "no measurable difference")
+def test_compare_calls_no_difference_no_meaningful_difference():
+    "Equal numbers have no spread, and no difference: an interval of width 0 at 0."
+    for paired in (False, True):
+        c = compare([1.0, 1.0, 1.0], [1.0, 1.0, 1.0], 0.01, paired=paired)
+        assert (c.difference, c.low, c.high) == (0.0, 0.0, 0.0)
+        assert c.verdict == "no meaningful difference"
