@@ -167,51 +167,69 @@ def test_the_readme_quotes_the_claims_the_last_chapter_printed():
     assert [row for row in rows if row not in (root / "README.md").read_text().splitlines()] == []
 
 
-def test_claims_table_verdicts_on_a_run_built_by_hand(tmp_path):
-    """A run whose numbers are chosen: each verdict as worked out by hand, RECL from tables with
-    known knees."""
-    bpc = {
-        "xl": [2.0, 2.01, 2.02],
-        "vanilla": [2.5, 2.51, 2.52],
-        "lstm": [2.0, 2.03, 2.01],
-        "lstm-time": [1.8, 1.81, 1.8],
-    }
-    runs = []
-    for model, values in bpc.items():
-        for seed, value in enumerate(values):
-            by_memory = (
-                {
-                    "0": value + 0.3,
-                    "64": value,
-                    "128": value - 0.001 * (seed + 2),  # -0.003 ± 0.001
-                    "256": value + [0.001, -0.001, 0.0][seed],
-                    "512": value + 0.01,
-                }
-                if model == "xl"
-                else None
-            )
-            runs.append({**record(model, seed, value), "test_bpc_by_memory": by_memory})
-    (tmp_path / "results.json").write_text(
-        json.dumps({"runs": runs, "contexts": {"contexts": [8, 16, 24]}})
+def ablation_record(model, seed, bpc, window, sliding):
+    return dict(
+        model=model,
+        seed=seed,
+        lr=1e-3,
+        init="uniform",
+        params=10,
+        train_chars=100,
+        mem_len=0,
+        folder="f",
+        valid_bpc=bpc,
+        test_bpc=bpc,
+        test_bpc_by_memory=None,
+        sliding=dict(chars=16, window=4, segment_bpc=window, sliding_bpc=sliding),
+        train_cpu_seconds=1.0,
     )
-    knee = {"xl": 2, "lstm": 1, "vanilla": 0}  # the last context row at which the loss still falls
+
+
+def test_claims_table_verdicts_on_runs_built_by_hand(tmp_path):
+    """Two runs whose numbers are chosen: each verdict as worked out by hand (Welch's 95 % interval,
+    minimum 0.01 bpc), RECL from tables with known knees (minimum 16 characters)."""
+    bpc = {
+        "xl": [2.0, 2.001, 2.002],  # standard deviation 0.001
+        "xl-memory0": [2.2, 2.21, 2.22],
+        "vanilla": [2.5, 2.51, 2.52],
+        "xl-memory128": [2.001, 2.002, 2.003],  # +0.001, interval ±0.0023: inside ±0.01
+        "xl-memory256": [1.9, 2.05, 2.2],  # +0.049, interval ±0.37
+        "vanilla-time": [1.95, 1.96, 1.97],  # -0.041 below xl, interval ±0.025
+        "lstm": [2.0, 2.03, 2.01],  # xl -0.012, interval ±0.038
+        "lstm-time": [2.0, 2.001, 2.002],
+    }
+    window = {"xl": [2.1, 2.101, 2.102], "vanilla": [2.7, 2.71, 2.72]}
+    runs = [
+        ablation_record(m, s, v, window.get(m, [None] * 3)[s], [2.6, 2.61, 2.62][s])
+        for m, values in bpc.items()
+        for s, v in enumerate(values)
+    ]
+    ablation, long_run = tmp_path / "ablation", tmp_path / "real_text"
+    ablation.mkdir(), long_run.mkdir()
+    (ablation / "results.json").write_text(json.dumps({"runs": runs}))
+    contexts = {"contexts": [8, 16, 24, 32, 40]}
+    xl_records = [record("xl", s, 2.0) for s in range(3)]
+    (long_run / "results.json").write_text(json.dumps({"runs": xl_records, "contexts": contexts}))
+    knee = {"xl": 4, "lstm": 1, "vanilla": 0}  # the last context row at which the loss still falls
     tables = {
-        f"{m}-seed{s}": torch.tensor([[3.0 - min(k, knee[m])] * 5 for k in range(3)])
+        f"{m}-seed{s}": torch.tensor([[5.0 - min(k, knee[m])] * 5 for k in range(5)])
         for m in knee
         for s in range(3)
     }
-    save_file(tables, tmp_path / "context_losses.safetensors")
-    assert [row["verdict"] for row in claims_table(tmp_path)] == [
-        "reproduces",  # xl below vanilla by 0.5, spread 0.014
-        "does not reproduce: no measurable difference",  # xl - lstm -0.003 ± 0.016
-        "does not reproduce: measurably the other way",  # the lstm trained longer is better
-        "reproduces",  # memory 0 is worse by 0.3
-        "reproduces",  # 128: -0.003 ± 0.001
-        "does not reproduce: no measurable difference",  # 256: 0 ± 0.001
-        "does not reproduce: measurably the other way",  # 512: +0.01 in every seed
-        "longer, by less than 80 %",  # RECL 24 against 16: +50 %
-        "longer, by less than 450 %",
-    ]  # 24 against 8: +200 %
+    save_file(tables, long_run / "context_losses.safetensors")
+    assert [row["verdict"] for row in claims_table(ablation, long_run)] == [
+        "reproduces",  # relative positions alone: -0.3 against vanilla
+        "reproduces",  # the memory, trained: -0.209
+        "does not reproduce: no meaningful difference",  # memory 128
+        "inconclusive: more seeds would decide",  # memory 256: the seeds disagree
+        "reproduces",  # xl below vanilla by 0.509
+        "does not reproduce: the other way",  # vanilla trained longer is better by 0.041
+        "reproduces",  # xl's segments 2.101 against vanilla's sliding window 2.61
+        "inconclusive: more seeds would decide",  # lstm: the interval holds 0
+        "does not reproduce: no meaningful difference",  # lstm-time: equal
+        "reproduces",  # RECL 40 against 16: +24 characters, +150 %
+        "longer, by less than 450 %",  # 40 against 8: +32 characters, +400 %
+    ]
 
 
 def test_compare_calls_no_difference_no_meaningful_difference():
