@@ -23,6 +23,7 @@ feed-forward, `matched`):
 
 Tuning, the same budget for every kind: on seed 0, a quarter of the steps (200) at each learning rate of `LRS`, the
 LSTM also with each embedding initialisation of `LSTM_INITS`; the setting with the lowest validation bpc is chosen.
+Where that is the grid's largest rate, the grid goes on doubling until a rate does worse.
 Whether a quarter of the steps picks what the full length would: the runner-up settings of `xl` and `vanilla` are
 also trained for the full 800 steps on seed 0, against the chosen ones' final seed-0 runs.
 The time-matched and longer-memory rows use their kind's choice (`vanilla`, `lstm`, `xl`). The test works are read
@@ -36,12 +37,13 @@ characters that have a full window of 64 before them, in segments (one stream, i
 by the paper's sliding window on the same targets.
 
 Run from the repository root: `python reference/ablation.py` (or `make reference`); two worker processes, one thread
-each. Each finished run leaves its record (`record.json`, or `tuning/<setting>.json`); a rerun keeps every record that
-matches the recipe and trains the rest, so the run can be stopped and resumed at any point.
+each. Each finished run leaves its record (`record.json`, or `tuning/<setting>.json`); `--resume` keeps every record
+that matches the recipe and trains the rest, so the run can be stopped and resumed at any point.
 """
 import json
 import math
 import multiprocessing
+import sys
 import time
 from pathlib import Path
 
@@ -128,12 +130,12 @@ def read_record(path: Path, **expected) -> dict | None:
     return record if all(record.get(k) == v for k, v in expected.items()) else None
 
 
-def tune(job: tuple[str, float, str, int]) -> dict:
+def tune(job: tuple[str, float, str, int, bool]) -> dict:
     "One tuning run: `name` at `lr` (and `init`), seed 0, `steps`; scored on the validation works."
-    name, lr, init, steps = job
+    name, lr, init, steps, resume = job
     length = "" if steps == RECIPE["tuning_steps"] else f"-steps{steps}"
     path = OUT / "tuning" / f"{name}-lr{lr:g}-{init}{length}.json"
-    if done := read_record(path, recipe=RECIPE):
+    if resume and (done := read_record(path, recipe=RECIPE)):
         return done
     corpus = load_splits("shakespeare")
     model, seconds, final = fit(name, 0, steps, lr, init, corpus)
@@ -144,11 +146,12 @@ def tune(job: tuple[str, float, str, int]) -> dict:
     return record
 
 
-def run(job: tuple[str, int, int, float, str]) -> dict:
+def run(job: tuple[str, int, int, float, str, bool]) -> dict:
     "Train `name` from `seed` for `steps` at (lr, init), store it, and score the stored folder: one record."
-    name, seed, steps, lr, init = job
+    name, seed, steps, lr, init, resume = job
     folder = OUT / f"{name}-seed{seed}"
-    if done := read_record(folder / "record.json", train_steps=steps, lr=lr, init=init, recipe=RECIPE):
+    if resume and (done := read_record(folder / "record.json", train_steps=steps, lr=lr, init=init,
+                                       recipe=RECIPE)):
         return done
     corpus = load_splits("shakespeare")
     model, seconds, final = fit(TIMED.get(name, name), seed, steps, lr, init, corpus)
@@ -173,38 +176,44 @@ def run(job: tuple[str, int, int, float, str]) -> dict:
     return record
 
 
-def main(workers: int = 2):
+def main(workers: int = 2, resume: bool = False, kinds: tuple = tuple(KINDS)):
     (OUT / "tuning").mkdir(parents=True, exist_ok=True)
     start = time.time()
     with multiprocessing.get_context("spawn").Pool(workers) as pool:
-        settings = [(name, lr, init, RECIPE["tuning_steps"]) for name in TUNED for lr in LRS
+        settings = [(name, lr, init, RECIPE["tuning_steps"], resume) for name in TUNED for lr in LRS
                     for init in (LSTM_INITS if name == "lstm" else ("uniform",))]
         tuning = pool.map(tune, settings, chunksize=1)
+        while top := [ranked[0] for name in TUNED if (ranked := sorted(
+                (t for t in tuning if t["model"] == name), key=lambda t: t["valid_bpc"]))[0]["lr"]
+                == max(t["lr"] for t in tuning if t["model"] == name)]:  # best at the grid's top: go on
+            tuning += pool.map(tune, [(t["model"], 2 * t["lr"], t["init"], RECIPE["tuning_steps"], resume)
+                                      for t in top], chunksize=1)
         ranked = {name: sorted((t for t in tuning if t["model"] == name), key=lambda t: t["valid_bpc"])
                   for name in TUNED}
         chosen = {name: ranked[name][0] for name in TUNED}
-        # does the choice hold at full length? the runner-up of the headline pair, trained as long as the finals
-        full_length = [(name, ranked[name][1]["lr"], ranked[name][1]["init"], RECIPE["steps"])
-                       for name in ("xl", "vanilla")]
         setting = {name: (chosen[tuned_as]["lr"], chosen[tuned_as]["init"]) for name, (_, tuned_as) in KINDS.items()}
-        jobs = [(name, seed, RECIPE["steps"], *setting[name]) for name in KINDS for seed in SEEDS]
+        jobs = [(name, seed, RECIPE["steps"], *setting[name], resume) for name in kinds for seed in SEEDS]
         longest_first = sorted(jobs, key=lambda job: -getattr(KINDS[job[0]][0](84), "mem_len", 0))
         runs = pool.map(run, longest_first, chunksize=1)
-        tuning += pool.map(tune, full_length, chunksize=1)
         cpu = {name: sum(r["train_cpu_seconds"] for r in runs if r["model"] == name) for name in ("xl", *TIMED.values())}
         timed_steps = {name: round(RECIPE["steps"] * cpu["xl"] / cpu[of]) for name, of in TIMED.items()}
-        runs += pool.map(run, [(name, seed, timed_steps[name], *setting[of])
+        runs += pool.map(run, [(name, seed, timed_steps[name], *setting[of], resume)
                                for name, of in TIMED.items() for seed in SEEDS], chunksize=1)
+        # does the choice hold at full length? the runner-up of the headline pair, trained as long as the finals
+        full_length = [(name, ranked[name][1]["lr"], ranked[name][1]["init"], RECIPE["steps"], resume)
+                       for name in ("xl", "vanilla")]
+        tuning += pool.map(tune, full_length, chunksize=1)
     results = dict(recipe=RECIPE, seeds=list(SEEDS), corpus="shakespeare (chapter 11)", lrs=list(LRS),
                    lstm_inits=list(LSTM_INITS), tuning=tuning,
                    chosen={name: dict(lr=c["lr"], init=c["init"]) for name, c in chosen.items()},
                    timed_steps=timed_steps, wall_seconds=round(time.time() - start), workers=workers,
-                   device="cpu", torch=torch.__version__, runs=runs)
+                   device="cpu", torch=torch.__version__, resumed=resume, runs=runs)
     write_atomically(OUT / "results.json", json.dumps(results, indent=1).encode())
     for r in runs:
         print(f"{r['model']:15s} seed {r['seed']}: {r['params']:,} parameters, lr {r['lr']:g}, "
               f"valid {r['valid_bpc']:.3f}, test {r['test_bpc']:.3f} bpc, {r['train_cpu_seconds']:.0f} CPU s")
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # --resume; --kinds a,b,c trains only those kinds (and the time-matched rows)
+    only = [a.removeprefix("--kinds=") for a in sys.argv[1:] if a.startswith("--kinds=")]
+    main(resume="--resume" in sys.argv[1:], kinds=tuple(only[0].split(",")) if only else tuple(KINDS))
