@@ -18,8 +18,9 @@ feed-forward, `matched`):
 - `shaw`, `shaw-memory`: learned relative positions (type 1, Shaw et al.), without and with a memory of 64;
 - `learned`, `learned-memory`: learned absolute positions added in every layer (type 3), without and with memory;
 - `lstm`: chapter 06c's LSTM, 2 layers of 232, tied embedding;
-- `vanilla-time`, `lstm-time`: `vanilla` and `lstm` trained for as long as `xl` took (its mean CPU seconds over
-  theirs, measured in this run, times 800 steps: the same batches, more of them).
+- `vanilla-time`, `lstm-time`: `vanilla` and `lstm` trained for as long as `xl` took: 800 steps times the ratio of
+  their CPU seconds per step, each the median of 3 rounds of 20 steps measured side by side in this run (the same
+  batches, more of them).
 
 Tuning, the same budget for every kind: on seed 0, a quarter of the steps (200) at each learning rate of `LRS`, the
 LSTM also with each embedding initialisation of `LSTM_INITS`; the setting with the lowest validation bpc is chosen.
@@ -122,6 +123,18 @@ def fit(name: str, seed: int, steps: int, lr: float, init: str, corpus) -> tuple
     return model, time.process_time() - start, sum(losses[-50:]) / len(losses[-50:])
 
 
+def step_seconds(name: str) -> float:
+    "CPU seconds per training step of `name`: 20 steps timed, after 5 untimed."
+    torch.set_num_threads(1)
+    corpus = load_splits("shakespeare")
+    model = build_model(matched(name, len(corpus.vocab)))
+    documents = stream_documents(batchify(corpus.train, RECIPE["batch_size"]))
+    train(model, documents, steps=5, tgt_len=RECIPE["tgt_len"], desc=f"{name}, warm-up")
+    start = time.process_time()
+    train(model, documents, steps=20, tgt_len=RECIPE["tgt_len"], desc=f"{name}, timed")
+    return (time.process_time() - start) / 20
+
+
 def read_record(path: Path, **expected) -> dict | None:
     "The record at `path` if it exists and matches every `expected` field, else None."
     if not path.exists():
@@ -195,8 +208,11 @@ def main(workers: int = 2, resume: bool = False, kinds: tuple = tuple(KINDS)):
         jobs = [(name, seed, RECIPE["steps"], *setting[name], resume) for name in kinds for seed in SEEDS]
         longest_first = sorted(jobs, key=lambda job: -getattr(KINDS[job[0]][0](84), "mem_len", 0))
         runs = pool.map(run, longest_first, chunksize=1)
-        cpu = {name: sum(r["train_cpu_seconds"] for r in runs if r["model"] == name) for name in ("xl", *TIMED.values())}
-        timed_steps = {name: round(RECIPE["steps"] * cpu["xl"] / cpu[of]) for name, of in TIMED.items()}
+        # the cost of a step, measured in rounds side by side (the runs above met other loads at other times)
+        timed = ("xl", *TIMED.values())
+        rounds = pool.map(step_seconds, [name for _ in range(3) for name in timed], chunksize=1)
+        per_step = {name: sorted(rounds[i::len(timed)])[1] for i, name in enumerate(timed)}  # medians
+        timed_steps = {name: round(RECIPE["steps"] * per_step["xl"] / per_step[of]) for name, of in TIMED.items()}
         runs += pool.map(run, [(name, seed, timed_steps[name], *setting[of], resume)
                                for name, of in TIMED.items() for seed in SEEDS], chunksize=1)
         # does the choice hold at full length? the runner-up of the headline pair, trained as long as the finals
@@ -206,7 +222,7 @@ def main(workers: int = 2, resume: bool = False, kinds: tuple = tuple(KINDS)):
     results = dict(recipe=RECIPE, seeds=list(SEEDS), corpus="shakespeare (chapter 11)", lrs=list(LRS),
                    lstm_inits=list(LSTM_INITS), tuning=tuning,
                    chosen={name: dict(lr=c["lr"], init=c["init"]) for name, c in chosen.items()},
-                   timed_steps=timed_steps, wall_seconds=round(time.time() - start), workers=workers,
+                   step_seconds=per_step, timed_steps=timed_steps, wall_seconds=round(time.time() - start), workers=workers,
                    device="cpu", torch=torch.__version__, resumed=resume, runs=runs)
     write_atomically(OUT / "results.json", json.dumps(results, indent=1).encode())
     for r in runs:

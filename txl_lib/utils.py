@@ -154,7 +154,7 @@ class Comparison:
         d = digits
         return f"{self.difference:+.{d}f} [{self.low:+.{d}f}, {self.high:+.{d}f}]: {self.verdict}"
 
-
+# %% ../notebooks/00_utils.ipynb #c131c
 def compare(a, b, minimum: float, paired: bool = False, lower_is_better: bool = True) -> Comparison:
     """a against b (values per seed): the difference of the means, its 95 % t-interval (paired, or
     Welch's) and the verdict with the minimum effect `minimum`."""
