@@ -1,4 +1,4 @@
-"""Reference run for chapters 01 and 02: the vanilla Transformer LM on pydoc characters, three seeds.
+"""Reference run for chapters 01 and 02: the vanilla Transformer LM on Shakespeare's characters, three seeds.
 
 Chapter 01 compares fixed segments with a sliding window, and chapter 02 attaches memories to the same models; both
 need several seeds, more training than a chapter's 90 s. This script trains the three models and writes, next to
@@ -26,7 +26,7 @@ SEEDS, STEPS, TGT_LEN, LR, BATCH = (0, 1, 2), 1500, 32, 3e-3, 16
 
 def main():
     torch.set_num_threads(1)
-    vocab, train_data, _ = corpus_streams("pydoc", batch_size=BATCH)
+    vocab, train_data, _ = corpus_streams("shakespeare", batch_size=BATCH)
     weights, log = {}, dict(config=CONFIG, seeds=list(SEEDS), steps=STEPS, tgt_len=TGT_LEN, lr=LR, batch_size=BATCH,
                             torch=torch.__version__, vocab="".join(vocab.itos), runs={})
     for seed in SEEDS:

@@ -1,5 +1,5 @@
 """Reference run for chapter 08: attention types 0-3, type 0 without recurrence and the vanilla Transformer
-(type 2 without memory), three seeds each, on pydoc.
+(type 2 without memory), three seeds each, on Shakespeare.
 
 Trains the 18 models the chapter evaluates (too many to train inside its 90 s) and writes, next to this file,
 `08_attention_variants/models.safetensors` (the weights, in float16: 3.5 MB) and
@@ -30,7 +30,7 @@ SEEDS, STEPS, TGT_LEN, LR = (0, 1, 2), 1200, 32, 3e-3
 
 
 def trained(options: dict, seed: int, vocab, train_data):
-    "A tiny model of `options` (segments and memory of 32), initialised from `seed`, trained STEPS steps on pydoc."
+    "A tiny model of `options` (segments and memory of 32), initialised from `seed`, trained STEPS steps on Shakespeare."
     seed_everything(seed)
     config = config_of_type(n_token=len(vocab), **{"tgt_len": TGT_LEN, "mem_len": TGT_LEN, **options})
     model = build_model(config)
@@ -41,7 +41,7 @@ def trained(options: dict, seed: int, vocab, train_data):
 
 def main():
     torch.set_num_threads(1)
-    vocab, train_data, _ = corpus_streams("pydoc", batch_size=16)
+    vocab, train_data, _ = corpus_streams("shakespeare", batch_size=16)
     weights, log = {}, dict(steps=STEPS, tgt_len=TGT_LEN, lr=LR, batch_size=16, seeds=list(SEEDS),
                             torch=torch.__version__, vocab="".join(vocab.itos), models={})
     for name, options in ROWS.items():

@@ -37,6 +37,10 @@ with its own memory, every longer one of `MEMORIES` and none; every model on the
 characters that have a full window of 64 before them, in segments (one stream, its own memory), and `vanilla` also
 by the paper's sliding window on the same targets.
 
+Speed (the paper's Table 9): the operations per predicted character of the `xl` body at an attention length of 3,800,
+counted (`counted_work`, chapter 06d): recomputing the context for each prediction against reading a segment with a
+memory, projected again or through the inference cache, stored as `speed` in `results.json`.
+
 Run from the repository root: `python reference/ablation.py` (or `make reference`); two worker processes, one thread
 each. Each finished run leaves its record (`record.json`, or `tuning/<setting>.json`); `--resume` keeps every record
 that matches the recipe and trains the rest, so the run can be stopped and resumed at any point.
@@ -52,6 +56,7 @@ import torch
 
 from txl_lib import LSTMConfig, TXLConfig, VariantConfig, build_model, evaluate, from_pretrained, train
 from txl_lib.corpora import load_splits
+from txl_lib.real_text import SPEED_CLAIM, counted_work
 from txl_lib.data import batchify
 from txl_lib.training import stream_documents
 from txl_lib.utils import seed_everything, write_atomically
@@ -209,9 +214,13 @@ def main(workers: int = 2, resume: bool = False, kinds: tuple = tuple(KINDS)):
         longest_first = sorted(jobs, key=lambda job: -getattr(KINDS[job[0]][0](84), "mem_len", 0))
         runs = pool.map(run, longest_first, chunksize=1)
         # the cost of a step, measured in rounds side by side (the runs above met other loads at other times)
-        timed = ("xl", *TIMED.values())
-        rounds = pool.map(step_seconds, [name for _ in range(3) for name in timed], chunksize=1)
-        per_step = {name: sorted(rounds[i::len(timed)])[1] for i, name in enumerate(timed)}  # medians
+        # (--resume keeps the stored measurement, so the time-matched runs it sized stay valid)
+        timed, stored = ("xl", *TIMED.values()), OUT / "results.json"
+        if resume and stored.exists():
+            per_step = json.loads(stored.read_text())["step_seconds"]
+        else:
+            rounds = pool.map(step_seconds, [name for _ in range(3) for name in timed], chunksize=1)
+            per_step = {name: sorted(rounds[i::len(timed)])[1] for i, name in enumerate(timed)}  # medians
         timed_steps = {name: round(RECIPE["steps"] * per_step["xl"] / per_step[of]) for name, of in TIMED.items()}
         runs += pool.map(run, [(name, seed, timed_steps[name], *setting[of], resume)
                                for name, of in TIMED.items() for seed in SEEDS], chunksize=1)
@@ -219,7 +228,10 @@ def main(workers: int = 2, resume: bool = False, kinds: tuple = tuple(KINDS)):
         full_length = [(name, ranked[name][1]["lr"], ranked[name][1]["init"], RECIPE["steps"], resume)
                        for name in ("xl", "vanilla")]
         tuning += pool.map(tune, full_length, chunksize=1)
-    results = dict(recipe=RECIPE, seeds=list(SEEDS), corpus="shakespeare (chapter 11)", lrs=list(LRS),
+    # Table 9's claim, counted on the xl body: the work of recomputing L characters per prediction against a segment
+    L = SPEED_CLAIM[1]
+    speed = dict(L=L, model="xl", **counted_work(KINDS["xl"][0](len(load_splits("shakespeare").vocab)), L))
+    results = dict(recipe=RECIPE, seeds=list(SEEDS), corpus="shakespeare (chapter 11)", lrs=list(LRS), speed=speed,
                    lstm_inits=list(LSTM_INITS), tuning=tuning,
                    chosen={name: dict(lr=c["lr"], init=c["init"]) for name, c in chosen.items()},
                    step_seconds=per_step, timed_steps=timed_steps, wall_seconds=round(time.time() - start), workers=workers,

@@ -26,9 +26,10 @@ from txl_lib.generate_cli import generate_command
 from txl_lib.model import TXLConfig, TransformerXL, save_checkpoint
 from txl_lib.data import LMOutput, token_loss
 from txl_lib.training import stream_documents, train
+from small_corpus import SMALL_CORPUS
 
 SMALL = (
-    "--data pydoc --batch-size 4 --set n_layer=1 --set d_model=32 --set "
+    f"--data {SMALL_CORPUS} --batch-size 4 --set n_layer=1 --set d_model=32 --set "
     "d_inner=64 --set tgt_len=16 --set mem_len=16 --eval-tokens 200 --quiet"
 ).split()
 
@@ -313,7 +314,7 @@ def test_resume_with_another_corpus_is_refused(tmp_path):
     out, text = tmp_path / "run", tmp_path / "text.txt"
     text.write_text("".join(f"line {i}: the quick brown fox\n" for i in range(200)))
     train_command(command(out, "--stop-after", "2"))
-    with pytest.raises(ValueError, match=f"data '{text}' \\(the run has 'pydoc'\\)"):
+    with pytest.raises(ValueError, match=f"data '{text}' \\(the run has '{SMALL_CORPUS}'\\)"):
         train_command(command(out, "--resume") + ["--data", str(text)])
 
 

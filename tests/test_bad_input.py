@@ -227,7 +227,7 @@ CASES = [
         "missing corpus",
         lambda e: load_corpus(str(e.tmp / "nope.txt")),
         FileNotFoundError,
-        "neither 'pydoc'",
+        "neither 'shakespeare'",
     ),
     ("batchify too many rows", lambda e: batchify(torch.arange(5), 6), ValueError, "batch_size"),
     (

@@ -1,7 +1,7 @@
-"""The training and generation commands (chapters 11a, 11b): a few steps on pydoc, exact resume,
-two DDP processes on gloo (an uneven split) against one process on the same global batch, the
-whole test split against one long forward pass, the reference page's commands as written, and bad
-arguments."""
+"""The training and generation commands (chapters 11a, 11b): a few steps on a small text, exact
+resume, two DDP processes on gloo (an uneven split) against one process on the same global
+batch, the whole test split against one long forward pass, the reference page's commands as
+written, and bad arguments."""
 
 import json
 import math
@@ -21,9 +21,10 @@ from txl_lib.corpora import load_splits
 from txl_lib.data import batchify
 from txl_lib.generate_cli import generate_command, parse_args as generate_args
 from txl_lib.model import save_checkpoint
+from small_corpus import SMALL_CORPUS
 
 SMALL = (
-    "--data pydoc --batch-size 4 --set n_layer=1 --set d_model=32 --set "
+    f"--data {SMALL_CORPUS} --batch-size 4 --set n_layer=1 --set d_model=32 --set "
     "d_inner=64 --set tgt_len=16 --set mem_len=16 --eval-tokens 500"
 ).split()
 
@@ -343,7 +344,7 @@ def test_a_wrong_typed_set_value_is_one_line_and_exit_status_1():
             "txl_lib",
             "train",
             "--data",
-            "pydoc",
+            SMALL_CORPUS,
             "--set",
             "same_length=1",
             "--steps",
@@ -361,9 +362,8 @@ def test_each_installed_console_script_runs_a_small_job_and_exits_0(tmp_path):
     scripts = Path(sys.executable).parent
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     run = tmp_path / "run"
-    small = (
-        "--data pydoc --steps 2 --batch-size 4 --eval-tokens 200 --set n_layer=1 --quiet".split()
-    )
+    small = f"--data {SMALL_CORPUS} --steps 2 --batch-size 4 --eval-tokens 200 --set n_layer=1"
+    small = [*small.split(), "--quiet"]
     jobs = {
         "txl-train": [*small, "--out", str(run)],
         "txl-generate": ["--checkpoint", str(run), "--prompt", "The ", "--tokens", "5"],

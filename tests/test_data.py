@@ -35,7 +35,7 @@ def test_bad_input_is_refused(call, message):
 
 
 def test_missing_and_empty_corpus_files(tmp_path):
-    with pytest.raises(FileNotFoundError, match="neither 'pydoc' nor an existing text file"):
+    with pytest.raises(FileNotFoundError, match="neither 'shakespeare' nor an existing text file"):
         load_corpus(str(tmp_path / "nope.txt"))
     (tmp_path / "empty.txt").write_text("")
     with pytest.raises(ValueError, match="is empty"):
@@ -43,7 +43,7 @@ def test_missing_and_empty_corpus_files(tmp_path):
 
 
 def test_vocab_round_trip_on_the_corpus():
-    text = load_corpus("pydoc")[:5000]
+    text = load_corpus("shakespeare")[:5000]
     vocab = CharVocab(text)
     assert vocab.decode(vocab.encode(text)) == text
 

@@ -1,7 +1,7 @@
 """Chapter 12: one factory, one save/load in safetensors + config.json, generate for every kind,
 the top level."""
 
-import base64, json, os, re, tomllib
+import base64, importlib.metadata, json, os, re
 from pathlib import Path
 
 import pytest
@@ -271,10 +271,8 @@ def test_the_top_level_exports_what_a_user_needs():
         "generate CharVocab train evaluate LMOutput"
     ).split():
         assert name in txl_lib.__all__ and hasattr(txl_lib, name)
-    version = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"][
-        "version"
-    ]
-    assert txl_lib.__version__ == version
+    # the version pip recorded from pyproject.toml (tomllib, which would read it, is Python 3.11+)
+    assert txl_lib.__version__ == importlib.metadata.version("txl-lib")
     assert (Path(txl_lib.__file__).parent / "py.typed").is_file()
 
 
@@ -290,7 +288,7 @@ def test_the_readme_example_runs_as_written(tmp_path, monkeypatch, capsys):
     exec(compile(first, "README.md", "exec"), namespace)
     printed = capsys.readouterr().out.replace("\r", "\n").splitlines()
     bits = next(float(line) for line in printed if re.fullmatch(r"\d+\.\d+", line.strip()))
-    assert bits < 4.0  # trained: a uniform guess over pydoc's ~100 symbols is 6.7
+    assert bits < 4.0  # trained: a uniform guess over Shakespeare's 84 symbols is 6.4
     assert sorted(p.name for p in (tmp_path / "tiny").iterdir()) == [
         "config.json",
         "model.safetensors",

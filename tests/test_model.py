@@ -230,9 +230,9 @@ def test_reference_run_of_chapter_06_loads_strictly_and_fits_its_budget():
     assert sum(f.stat().st_size for f in folder.iterdir()) <= 4 * 2**20
     builders = {
         "sort": lambda: TransformerXL(TXLConfig(**log["sort"]["config"])),
-        "pydoc xl": lambda: TransformerXL(TXLConfig(**log["pydoc"]["xl_config"])),
-        "pydoc vanilla": lambda: VanillaTransformerLM(
-            len(log["pydoc"]["vocab"]), **log["pydoc"]["vanilla"]
+        "shakespeare xl": lambda: TransformerXL(TXLConfig(**log["shakespeare"]["xl_config"])),
+        "shakespeare vanilla": lambda: VanillaTransformerLM(
+            len(log["shakespeare"]["vocab"]), **log["shakespeare"]["vanilla"]
         ),
     }
     assert sorted(log["models"]) == sorted(

@@ -303,8 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--data",
-        default="pydoc",
-        help="pydoc, shakespeare, enwik8, text8, or a text file or folder",
+        default="shakespeare",
+        help="shakespeare, enwik8, text8, or a text file or folder",
     )
     p.add_argument("--download", action="store_true")
     p.add_argument("--cache-dir", default=None)

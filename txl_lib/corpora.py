@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from .utils import MAX_INT, progress, write_atomically
-from .data import CharVocab, load_corpus
+from .data import CharVocab
 
 # %% ../notebooks/11_training_at_scale.ipynb #c301
 def check_corpus_files(path: Path, files: list[Path]):
@@ -26,8 +26,7 @@ def check_corpus_files(path: Path, files: list[Path]):
     most MAX_INT bytes."""
     if not path.exists():
         raise FileNotFoundError(
-            f"corpus {str(path)!r} is neither pydoc, shakespeare, enwik8, text8, a text "
-            "file nor a folder"
+            f"corpus {str(path)!r} is neither shakespeare, enwik8, text8, a text file nor a folder"
         )
     if not files:
         raise FileNotFoundError(
@@ -399,14 +398,14 @@ def split_works(texts: dict, valid: tuple, test: tuple) -> Corpus:
 
 # %% ../notebooks/11_training_at_scale.ipynb #c111
 def load_splits(
-    name: str = "pydoc",
+    name: str = "shakespeare",
     cache_dir=None,
     download: bool = False,
     sources: dict = SOURCES,
     drop_newlines: bool = False,
     works: dict = WORKS,
 ) -> Corpus:
-    """The corpus `name` (pydoc, shakespeare, a standard source, a file or folder): vocabulary,
+    """The corpus `name` (shakespeare, a standard source, a file or folder): vocabulary,
     train/valid/test ids; `drop_newlines` removes every newline after the split, as the original's
     enwik8 preparation does."""
     if name in works:
@@ -419,7 +418,7 @@ def load_splits(
         source = sources[name]
         corpus = _split(*byte_ids(prepare(source, cache_dir, download).read_bytes()), source.splits)
     else:
-        text = load_corpus("pydoc") if name == "pydoc" else read_text(name)
+        text = read_text(name)
         vocab, n = CharVocab(text), len(text)
         corpus = _split(vocab, vocab.encode(text), (n - 2 * (n // 20), n // 20, n // 20))
     return without_symbol(corpus, "\n") if drop_newlines else corpus
