@@ -12,7 +12,8 @@ import tarfile
 import pytest
 
 from txl_lib import corpora
-from txl_lib.corpora import WORKS, Works, fetch_works, load_splits, read_works, works_archive
+from txl_lib.corpora import fetch_works, load_splits
+from txl_lib.data import WORKS, Works, read_works, works_archive
 
 PLAYS = {
     "alpha": "To be or not.\n" * 30,

@@ -145,25 +145,6 @@ def counted_work(config: TXLConfig, L: int) -> dict:
         cached=per_token(cached),
     )
 
-
-def _faster(claim: str, speed: dict, claimed: float) -> dict:
-    "A row claiming evaluation `claimed` times faster, from the counted work of `speed`."
-    ratio = {k: speed["recompute"] / speed[k] for k in ("segment", "cached")}
-    measured = (
-        f"operations per predicted character at L = {speed['L']:,}, counted: recompute "
-        f"{speed['recompute'] / 1e9:.1f} G; a segment projecting its memory again (the original's "
-        f"evaluation) {speed['segment'] / 1e6:.1f} M, {ratio['segment']:,.0f}x less; with the "
-        f"inference cache {speed['cached'] / 1e6:.1f} M, {ratio['cached']:,.0f}x less"
-    )
-    verdict = (
-        "reproduces"
-        if ratio["segment"] >= claimed
-        else "reproduces with the inference cache only"
-        if ratio["cached"] >= claimed
-        else f"less than {claimed:,}x in work"
-    )
-    return dict(claim=claim, measured=measured, verdict=verdict + " (timed: chapter 07)")
-
 # %% ../notebooks/06d_real_text.ipynb #r042
 RANKED_CLAIMS = [  # (claim, a, b): a's test bits per character below b's, in the tuned study
     ("relative positions help without a memory (our ablation)", "xl-memory0", "vanilla"),
@@ -183,6 +164,25 @@ LONGER_CLAIMS = [  # (claim, other, percent): XL's RECL that much longer than ot
 ]
 
 
+def _faster(claim: str, speed: dict, claimed: float) -> dict:
+    "A row claiming evaluation `claimed` times faster, from the counted work of `speed`."
+    ratio = {k: speed["recompute"] / speed[k] for k in ("segment", "cached")}
+    measured = (
+        f"operations per predicted character at L = {speed['L']:,}, counted: recompute "
+        f"{speed['recompute'] / 1e9:.1f} G; a segment projecting its memory again (the original's "
+        f"evaluation) {speed['segment'] / 1e6:.1f} M, {ratio['segment']:,.0f}x less; with the "
+        f"inference cache {speed['cached'] / 1e6:.1f} M, {ratio['cached']:,.0f}x less"
+    )
+    verdict = (
+        "reproduces"
+        if ratio["segment"] >= claimed
+        else "reproduces with the inference cache only"
+        if ratio["cached"] >= claimed
+        else f"less than {claimed:,}x in work"
+    )
+    return dict(claim=claim, measured=measured, verdict=verdict + " (timed: chapter 07)")
+
+# %% ../notebooks/06d_real_text.ipynb #r042b
 def claims_table(ablation_folder, recl_folder) -> list[dict]:
     """The paper's claims the reference runs test: rows {claim, measured, verdict}, computed from
     the tuned study's results (`ablation_folder`, with its counted work of evaluation) and the long
