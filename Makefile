@@ -88,7 +88,7 @@ outputs: install  ## for authors: re-execute the notebooks in place, storing the
 bench: $(STAMP)  ## the speed benchmark of chapter 07
 	$(BIN)/python -m txl_lib bench
 
-reference: install  ## retrain the reference models some chapters load (reference/*.py, fixed seeds; about four hours on 2 cores)
+reference: install  ## retrain the reference models some chapters load (reference/*.py, fixed seeds; about four and a half hours on 2 cores)
 	@for script in $(sort $(wildcard reference/*.py)); do echo "running $$script"; $(BIN)/python $$script || exit 1; done
 
 html: $(STAMP)  ## the book: a static site in build/html/ (MkDocs, from the committed notebooks; nothing is executed)

@@ -74,7 +74,7 @@ ABLATION_FIELDS = (
 
 # %% ../notebooks/06d_real_text.ipynb #r041
 # the smallest differences worth attention: bits per character; one step of the RECL grid
-MINIMUM_BPC, MINIMUM_RECL = 0.01, 16
+MINIMUM_BPC, MINIMUM_RECL = 0.01, 8
 OUTCOMES = {
     "better": "reproduces",
     "worse": "does not reproduce: the other way",
