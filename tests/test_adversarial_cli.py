@@ -23,7 +23,7 @@ from txl_lib import from_pretrained
 from txl_lib.cli import parse_args, run_lock, train_command
 from txl_lib.corpora import load_splits
 from txl_lib.generate_cli import generate_command
-from txl_lib.model import TXLConfig, TransformerXL, save_checkpoint
+from txl_lib.model import TXLConfig, TransformerXL, content_sha256, save_checkpoint
 from txl_lib.data import LMOutput, token_loss
 from txl_lib.training import stream_documents, train
 from small_corpus import SMALL_CORPUS
@@ -257,14 +257,13 @@ def test_overwrite_never_leaves_a_model_beside_another_vocabulary(tmp_path, monk
             with pytest.raises(Crash):
                 train_command(command(out, "--overwrite", steps=2) + ["--data", str(other)])
         vocab = json.loads((out / "vocab.json").read_text())
-        if (out / "model.safetensors").exists():
-            assert from_pretrained(out).config.n_token == len(vocab)
+        try:  # either the model and the vocabulary it was saved with, or an error naming a file
             generate_command(["--checkpoint", str(out), "--tokens", "2", "--prompt", vocab[0]])
+        except ValueError as error:
+            assert re.search(r"(config|vocab)\.json differs from the \1\.json model", str(error))
+            assert n in (2, 3)  # the kills after config.json or vocab.json, before the model
         else:
-            with pytest.raises(
-                FileNotFoundError, match=f"{out} holds no model.safetensors: the run has not saved"
-            ):
-                generate_command(["--checkpoint", str(out), "--tokens", "2", "--prompt", vocab[0]])
+            assert from_pretrained(out).config.n_token == len(vocab) and n in (1, 4)
 
 
 def test_a_run_of_an_earlier_version_loses_its_model_pt_at_the_first_save(tmp_path, reference):
@@ -334,7 +333,7 @@ def test_a_damaged_state_is_named_and_the_copies_do_not_matter(tmp_path, referen
     train_command(command(out, "--stop-after", "3"))
     state = (out / "state.pt").read_bytes()
     (out / "state.pt").write_bytes(damage(state))
-    with pytest.raises(ValueError, match=f"{out / 'state.pt'} cannot be read"):
+    with pytest.raises(ValueError, match=f"{out / 'state.pt'} is corrupt or truncated"):
         train_command(command(out, "--resume"))
     (out / "state.pt").write_bytes(state)
     for name in (
@@ -352,7 +351,7 @@ def test_a_damaged_model_or_vocabulary_is_named_by_the_generate_command(tmp_path
     train_command(command(out, steps=2))
     vocab = (out / "vocab.json").read_text()
     (out / "vocab.json").write_text(vocab[:9])
-    with pytest.raises(ValueError, match=f"{out / 'vocab.json'} is not a run's vocab.json"):
+    with pytest.raises(ValueError, match=f"{out / 'vocab.json'} differs from the vocab.json"):
         generate_command(["--checkpoint", str(out)])
     (out / "vocab.json").write_text(vocab)
     (out / "model.safetensors").write_bytes((out / "model.safetensors").read_bytes()[:100])
@@ -366,10 +365,12 @@ def test_generate_reads_a_run_folder_and_names_a_state_file(tmp_path):
     out = tmp_path / "run"
     train_command(command(out, steps=2))
     from_folder = generate_command(["--checkpoint", str(out), "--prompt", "def ", "--tokens", "12"])
-    (out / "config.json").unlink()  # as a save cut between the two files leaves it
-    assert from_folder == generate_command(
-        ["--checkpoint", str(out), "--prompt", "def ", "--tokens", "12"]
+    assert from_folder == generate_command(  # the model file alone, with the run's vocabulary
+        ["--checkpoint", str(out / "model.safetensors"), "--prompt", "def ", "--tokens", "12"]
     )
+    (out / "config.json").unlink()  # a file the model was saved with: named as missing
+    with pytest.raises(FileNotFoundError, match=f"{out / 'config.json'} is missing"):
+        generate_command(["--checkpoint", str(out)])
     with pytest.raises(
         ValueError, match="state.pt \\(what --resume reads\\), not a model to sample: pass the run"
     ):
@@ -568,7 +569,11 @@ def test_a_hand_edited_state_is_one_error_naming_the_file(tmp_path, edit, lacks)
     train_command(command(out, steps=2))
     state = torch.load(out / "state.pt", weights_only=True)
     edit(state)
-    torch.save(state, out / "state.pt")
+    torch.save(state, out / "state.pt")  # its checksum no longer fits: refused as corrupt
+    with pytest.raises(ValueError, match="state.pt is corrupt: its sha256 differs"):
+        train_command(command(out, steps=4) + ["--resume"])
+    state["sha256"] = content_sha256({k: v for k, v in state.items() if k != "sha256"})
+    torch.save(state, out / "state.pt")  # consistent, and still not a whole run state
     with pytest.raises(ValueError, match=re.escape(f"state.pt {lacks}")):
         train_command(command(out, steps=4) + ["--resume"])
 

@@ -13,7 +13,7 @@ from txl_lib.model import (
     generate,
     load_checkpoint,
     save_checkpoint,
-    weights_sha256,
+    content_sha256,
 )
 from txl_lib.variants import VariantConfig
 from txl_lib.pretrained import build_model
@@ -32,11 +32,13 @@ def saved(tmp_path):
     return model, save_checkpoint(tmp_path / "model.pt", model, step=3)
 
 
-def resave(path, change):
+def resave(path, change, consistent: bool = False):
     """The checkpoint at `path` with its payload changed by `change`, written under a new name
-    (checksum untouched)."""
+    (checksum untouched, or, `consistent`, recomputed over the change)."""
     payload = torch.load(path, weights_only=True)
     change(payload)
+    if consistent:
+        payload["sha256"] = content_sha256({k: payload[k] for k in ("config", "model", "step")})
     torch.save(payload, path.with_name("changed.pt"))
     return path.with_name("changed.pt")
 
@@ -51,7 +53,7 @@ def test_flipped_byte_inside_a_tensor_is_refused(saved):
     path.write_bytes(bytes(data))
     payload = torch.load(path, weights_only=True)  # torch itself reads it without a word
     assert not torch.equal(payload["model"]["u"], model.u.detach())
-    with pytest.raises(ValueError, match="model.pt is corrupt: its weights' sha256 differs"):
+    with pytest.raises(ValueError, match="model.pt is corrupt: its content's sha256 differs"):
         load_checkpoint(path)
 
 
@@ -64,15 +66,17 @@ def test_checksum_is_sha256_of_names_dtypes_shapes_and_bytes(saved):
     for name in sorted(state):
         t = state[name]
         digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode() + t.numpy().tobytes())
-    assert (
-        torch.load(path, weights_only=True)["sha256"] == digest.hexdigest() == weights_sha256(state)
+    assert digest.hexdigest() == content_sha256(state)  # the weights' checksum
+    payload = torch.load(path, weights_only=True)  # the stored one covers config and step too
+    assert payload["format"] == 2 and payload["sha256"] == content_sha256(
+        {"config": payload["config"], "model": state, "step": 3}
     )
 
 
 def test_checkpoint_without_checksum_loads_with_a_warning(saved):
     model, path = saved
     old = resave(path, lambda p: p.pop("sha256"))
-    with pytest.warns(UserWarning, match="no weights checksum"):
+    with pytest.warns(UserWarning, match="no checksum"):
         loaded, step = load_checkpoint(old)
     assert step == 3 and all(
         torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values())
@@ -83,13 +87,12 @@ def test_tied_head_that_differs_is_refused(saved):
     _, path = saved
 
     def untie(p):
-        p["model"]["head.weight"] = p["model"]["head.weight"] + 1.0
-        p["sha256"] = weights_sha256(p["model"])  # a consistent file, only the tie broken
+        p["model"]["head.weight"] = p["model"]["head.weight"] + 1.0  # only the tie broken
 
     with pytest.raises(
         ValueError, match="head.weight is tied to word_emb.weight .* stored values differ"
     ):
-        load_checkpoint(resave(path, untie))
+        load_checkpoint(resave(path, untie, consistent=True))
 
 
 def test_implausible_config_is_refused_before_allocating(saved, monkeypatch):
@@ -102,18 +105,24 @@ def test_implausible_config_is_refused_before_allocating(saved, monkeypatch):
         allocated.append(next(model.parameters()).device.type)
         return model
 
-    huge = resave(
-        path, lambda p: p["config"].update(d_model=100_000, d_head=50_000)
-    )  # 400 GB of weights if built
-    with pytest.raises(ValueError, match="changed.pt: the weights do not fit the stored config"):
+    huge = resave(  # 40 TB of weights if built
+        path, lambda p: p["config"].update(d_model=1_000_000, d_head=500_000), consistent=True
+    )
+    with pytest.raises(ValueError, match="changed.pt holds an invalid config: .* more than this"):
         load_checkpoint(huge, build=counting_build)
+    assert allocated == []  # refused from the config alone
+    plausible = resave(path, lambda p: p["config"].update(d_inner=64), consistent=True)
+    with pytest.raises(ValueError, match="changed.pt: the weights do not fit the stored config"):
+        load_checkpoint(plausible, build=counting_build)
     assert allocated == ["meta"]  # only the shape-only skeleton was built
 
 
 def test_invalid_stored_config_names_the_file(saved):
     _, path = saved
     with pytest.raises(ValueError, match="changed.pt holds an invalid config: init_std"):
-        load_checkpoint(resave(path, lambda p: p["config"].update(init_std=float("nan"))))
+        load_checkpoint(
+            resave(path, lambda p: p["config"].update(init_std=float("nan")), consistent=True)
+        )
 
 
 @pytest.mark.parametrize(
@@ -195,9 +204,9 @@ def test_generate_restores_train_mode(saved):
     assert not model.training
 
 
-@pytest.mark.parametrize("init_std", [float("nan"), float("inf"), 0.0, -0.02, True, "0.02"])
-def test_init_std_must_be_finite_and_positive(init_std):
-    with pytest.raises(ValueError, match="init_std must be a finite number > 0"):
+@pytest.mark.parametrize("init_std", [float("nan"), float("inf"), 0.0, -0.02, True, "0.02", 1e300])
+def test_init_std_must_be_in_0_1(init_std):
+    with pytest.raises(ValueError, match=r"init_std must be a number in \(0, 1\]"):
         TXLConfig(**CONFIG, init_std=init_std)
 
 

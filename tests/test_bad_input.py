@@ -14,10 +14,11 @@ from txl_lib.data import IGNORE, CharVocab, batchify, load_corpus, recall_task
 from txl_lib.memory import update_memory
 from txl_lib.cache import InferenceCache
 from txl_lib.model import TXLConfig, TransformerXL, generate, load_checkpoint, save_checkpoint
+from txl_lib.model import content_sha256
 from txl_lib.positions import relative_positions
 from txl_lib.knn import KNNConfig
 from txl_lib.lstm import LSTMConfig
-from txl_lib.training import evaluate, memory_length, stream_documents, train
+from txl_lib.training import evaluate, stream_documents, train, with_config
 from txl_lib.vanilla import VanillaTransformerLM
 
 CONFIG = dict(n_token=20, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, mem_len=6)
@@ -39,9 +40,11 @@ def config(**changes):
 
 
 def resave(e, payload_change):
-    "A copy of the checkpoint with its payload changed, saved next to it."
+    """A copy of the checkpoint with its payload changed, saved next to it with its checksum
+    recomputed: a consistent file, wrong only in what was changed."""
     payload = torch.load(e.checkpoint, weights_only=True)
     payload_change(payload)
+    payload["sha256"] = content_sha256({k: payload[k] for k in ("config", "model", "step")})
     path = e.tmp / "changed.pt"
     torch.save(payload, path)
     return path
@@ -271,10 +274,10 @@ CASES = [
         "generator must be None or a torch.Generator",
     ),
     (
-        "memory_length of a vanilla model",
-        lambda e: memory_length(VanillaTransformerLM(20, 1, 2, 16, 32), 3).__enter__(),
+        "with_config of a vanilla model",
+        lambda e: with_config(VanillaTransformerLM(20, 1, 2, 16, 32), mem_len=3),
         TypeError,
-        "no config.mem_len",
+        "no config field mem_len",
     ),
     # checkpoints
     (
@@ -289,13 +292,13 @@ CASES = [
             (e.tmp / "cut.pt").write_bytes(e.checkpoint.read_bytes()[:200]) and e.tmp / "cut.pt"
         ),
         ValueError,
-        "not a readable checkpoint",
+        "is corrupt or truncated, or not a torch file",
     ),
     (
         "text file as checkpoint",
         lambda e: load_checkpoint((e.tmp / "a.txt").write_text("hello") and e.tmp / "a.txt"),
         ValueError,
-        "not a readable checkpoint",
+        "is corrupt or truncated, or not a torch file",
     ),
     (
         "torch file, not a checkpoint",

@@ -94,7 +94,9 @@ def test_generate_command_continues_a_prompt(tmp_path):
     )
     assert text.startswith("def ") and len(text) == 13
     (tmp_path / "other.json").write_text(json.dumps(["a", "b"]))
-    with pytest.raises(ValueError, match="not the same run"):
+    with pytest.raises(
+        ValueError, match="other.json differs from the vocab.json model.safetensors"
+    ):
         generate_command(
             ["--checkpoint", str(tmp_path / "run"), "--vocab", str(tmp_path / "other.json")]
         )

@@ -1,7 +1,7 @@
 """Chapter 12: one factory, one save/load in safetensors + config.json, generate for every kind,
 the top level."""
 
-import base64, importlib.metadata, json, os, re
+import base64, hashlib, importlib.metadata, json, os, re
 from pathlib import Path
 
 import pytest
@@ -187,7 +187,10 @@ def test_a_truncated_weights_file_is_refused_naming_it(tmp_path):
     [
         ("[1, 2]", "holds a JSON list"),
         ("{not json", "is not valid JSON"),
-        ('{"model_type": "txl_lib", "n_token": 31}', "differs from the config stored"),
+        (
+            '{"model_type": "txl_lib", "n_token": 31}',
+            "differs from the config.json model.safetensors was saved with",
+        ),
     ],
 )
 def test_a_bad_or_mismatched_config_json_is_refused(tmp_path, text, match):
@@ -204,14 +207,16 @@ def test_an_implausible_stored_config_allocates_nothing(tmp_path):
     with safe_open(folder / "model.safetensors", "pt") as f:
         metadata = f.metadata()
     config = json.loads(metadata["config"])
-    config["d_model"] = 100_000
-    config["d_inner"] = 400_000
-    metadata["config"] = json.dumps(config)
+    config["d_model"] = 1_000_000
+    config["d_inner"] = 40_000_000
+    metadata["config"] = json.dumps(config)  # a consistent file: the manifest says the same
+    digest = hashlib.sha256(metadata["config"].encode()).hexdigest()
+    metadata["files"] = json.dumps({"config.json": digest})
     save_file(weights, folder / "model.safetensors", metadata=metadata)
-    (folder / "config.json").unlink()
-    refused(
-        lambda: from_pretrained(folder), "do not fit the stored config"
-    )  # a real build would need ~400 GB
+    (folder / "config.json").write_text(metadata["config"])
+    refused(  # a real build would need some 640 TB
+        lambda: from_pretrained(folder), "holds an invalid config: .* more than this machine"
+    )
 
 
 def test_a_crash_while_saving_leaves_the_old_files_and_no_temporary(tmp_path, monkeypatch):

@@ -240,7 +240,7 @@ def check_adaptive_fields(self):
         )
 
 # %% ../notebooks/09_adaptive_softmax.ipynb #c213
-@dataclass
+@dataclass(frozen=True)
 class AdaptiveConfig(TXLConfig):
     "TXLConfig with the adaptive embedding and softmax: clusters and a projected embedding."
 
@@ -251,7 +251,8 @@ class AdaptiveConfig(TXLConfig):
 
     def __post_init__(self):
         "Lists (from JSON) become tuples; then every check of `check_adaptive_fields`."
-        self.cutoffs, self.tie_projs = tuple(self.cutoffs), tuple(self.tie_projs)
+        object.__setattr__(self, "cutoffs", tuple(self.cutoffs))  # frozen: set once, here
+        object.__setattr__(self, "tie_projs", tuple(self.tie_projs))
         check_adaptive_fields(self)
 
     @classmethod

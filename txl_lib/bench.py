@@ -21,7 +21,7 @@ import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from .utils import Linear, check_int, progress, write_atomically
-from .training import memory_length, IGNORE
+from .training import with_config, IGNORE
 from .model import TXLConfig, TransformerXL
 from .cache import InferenceCache
 
@@ -79,11 +79,11 @@ def cached_logits(
     """Segments of `T` with a memory of `mem_len`, through an InferenceCache
     (or, not `cache`, without); (B, S, V)."""
     cache, mems, logits = InferenceCache(len(model.layers)) if cache else None, None, []
-    with memory_length(model, mem_len):
-        for segment in tokens.split(T, dim=1):
-            out = model(segment, mems=mems, cache=cache)
-            mems = out.mems
-            logits.append(out.logits)
+    model = with_config(model, mem_len=mem_len)  # chapter 00b: the caller's model is not edited
+    for segment in tokens.split(T, dim=1):
+        out = model(segment, mems=mems, cache=cache)
+        mems = out.mems
+        logits.append(out.logits)
     return torch.cat(logits, 1)
 
 # %% ../notebooks/07_speed_benchmark.ipynb #c206
@@ -146,7 +146,7 @@ class CachedReader:
     def __init__(
         self, model, tokens: torch.Tensor, T: int, mem_len: int, cache=True, one_query=True
     ):
-        self.model, self.tokens, self.T, self.mem_len = model, tokens, T, mem_len
+        self.model, self.tokens, self.T = with_config(model, mem_len=mem_len), tokens, T
         self.cache, self.mems, self.position = (
             InferenceCache(len(model.layers), one_query) if cache else None,
             None,
@@ -157,8 +157,7 @@ class CachedReader:
 
     def read(self, n: int):
         start = self.position % (self.tokens.size(1) - n)
-        with memory_length(self.model, self.mem_len):
-            out = self.model(self.tokens[:, start : start + n], mems=self.mems, cache=self.cache)
+        out = self.model(self.tokens[:, start : start + n], mems=self.mems, cache=self.cache)
         self.mems, self.position = out.mems, self.position + n
 
     def __call__(self):

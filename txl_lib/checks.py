@@ -5,10 +5,11 @@ message."""
 
 # %% auto #0
 __all__ = ['MIN_TEMPERATURE', 'check_config', 'check_token_ids', 'check_targets', 'check_mems', 'check_real_weights',
-           'check_sampling', 'check_model_config', 'check_checkpoint_flag', 'check_model_call', 'check_generate']
+           'check_sampling', 'check_model_config', 'machine_memory', 'check_fits_memory', 'check_checkpoint_flag',
+           'check_model_call', 'check_generate']
 
 # %% ../notebooks/00c_checks.ipynb #c002
-import math
+import math, os
 
 import torch
 import torch.nn as nn
@@ -19,7 +20,7 @@ from .data import IGNORE
 # %% ../notebooks/00c_checks.ipynb #c004
 def check_config(config):
     """The checks of every field: sizes ints >= 1, probabilities in [0, 1), flags bools, init_std
-    finite > 0."""
+    in (0, 1]."""
     for name in ("n_token", "n_layer", "n_head", "d_model", "d_head", "d_inner", "tgt_len"):
         check_int(name, getattr(config, name), 1)
     check_int("mem_len", config.mem_len)
@@ -37,9 +38,9 @@ def check_config(config):
         isinstance(config.init_std, bool)
         or not isinstance(config.init_std, (int, float))
         or not math.isfinite(config.init_std)
-        or config.init_std <= 0
+        or not 0 < config.init_std <= 1
     ):
-        raise ValueError(f"init_std must be a finite number > 0, got {config.init_std!r}")
+        raise ValueError(f"init_std must be a number in (0, 1], got {config.init_std!r}")
 
 # %% ../notebooks/00c_checks.ipynb #c006
 def check_token_ids(name: str, ids, n_token: int, allow_ignore: bool = False) -> torch.Tensor:
@@ -157,12 +158,37 @@ def check_sampling(model: nn.Module, prompt_ids, temperature, top_k):
 # %% ../notebooks/00c_checks.ipynb #c010
 def check_model_config(self: nn.Module, config):
     """A config of exactly this model's `config_class`
-    (a later chapter's config carries fields this model would ignore)."""
+    (a later chapter's config carries fields this model would ignore), whose weights fit in
+    memory."""
     if type(config) is not self.config_class:
         raise TypeError(
             f"{type(self).__name__} is built from {self.config_class.__name__} configs, got "
             f"{type(config).__name__}: txl_lib.build_model(config) builds the model any "
             "config describes"
+        )
+    check_fits_memory(config)
+
+
+def machine_memory() -> int | None:
+    "Bytes of physical memory (None where the system does not say: no check)."
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_fits_memory(config):
+    """Refuse, before allocating, a model whose float32 weights cannot fit in this machine's
+    memory: a lower bound from the sizes (one vocabulary table, the feed-forwards, projections)."""
+    E, N, have = config.d_model, config.n_layer, machine_memory()
+    table = 0 if getattr(config, "cutoffs", ()) else config.n_token * E  # adaptive: smaller tables
+    heads = getattr(config, "n_head", 1) * getattr(config, "d_head", E)
+    need = 4 * (table + N * (4 * heads * E + 2 * E * getattr(config, "d_inner", 2 * E)))
+    if have is not None and need > have:
+        raise ValueError(
+            f"n_token={config.n_token}, n_layer={N}, d_model={E}, d_inner="
+            f"{getattr(config, 'd_inner', '-')}: the weights alone need at least "
+            f"{need / 2**30:,.1f} GiB, more than this machine's memory: choose smaller sizes"
         )
 
 

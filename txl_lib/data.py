@@ -298,5 +298,6 @@ def token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def mean_loss(loss: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    "Mean of the per-token `losses` (B, T) over the scored targets (0 when none is scored)."
-    return loss.sum() / (targets != IGNORE).sum().clamp(min=1)
+    """Mean of the per-token `losses` (B, T) over the scored targets; NaN when none is scored (the
+    mean of nothing, as torch's mean of an empty tensor), never a loss of 0."""
+    return loss.sum() / (targets != IGNORE).sum()

@@ -5,7 +5,7 @@ vocabulary, one token per step with memory."""
 
 # %% auto #0
 __all__ = ['check_generate_args', 'read_vocab', 'check_not_run_state', 'check_model_saved', 'parse_args', 'run_files', 'load_run',
-           'generate_command']
+           'load_other', 'generate_command']
 
 # %% ../notebooks/11b_generate.ipynb #c001
 import argparse, json
@@ -15,27 +15,33 @@ import torch
 
 from .utils import seed_everything
 from .data import CharVocab
-from .model import generate
-from .pretrained import from_pretrained
+from .model import generate, load_saved, read_whole, FORMAT
+from .pretrained import from_pretrained, folder_format, is_saved_model, config_from_dict
+from .pretrained import build_model
 
 # %% ../notebooks/11b_generate.ipynb #c301
 def check_generate_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
-    "The parsed arguments, or the parser's error (exit status 2) for a count out of range."
+    "The parsed arguments, or the parser's error (exit status 2) for a value out of range."
     if args.tokens < 0:
         p.error(f"--tokens must be >= 0, got {args.tokens}")
     if args.top_k is not None and args.top_k < 1:
         p.error(f"--top-k must be >= 1, got {args.top_k}")
+    if not args.prompt:
+        p.error("--prompt must hold at least one character of the run's vocabulary, got ''")
+    if not 0 <= args.seed < 2**32:
+        p.error(f"--seed must be in [0, {2**32 - 1}] (numpy's range), got {args.seed}")
     return args
 
 
-def read_vocab(path: Path) -> CharVocab:
-    "A run's vocab.json: a JSON list of distinct single characters, in sorted order."
-    if not path.is_file():
+def read_vocab(path: Path, data: bytes | None) -> CharVocab:
+    """A run's vocab.json (`data`: its bytes, None if missing): a sorted JSON list of distinct
+    characters."""
+    if data is None:
         raise FileNotFoundError(
             f"no vocabulary at {path}: pass the run folder, or --vocab with the run's vocab.json"
         )
     try:
-        symbols = json.loads(path.read_text(encoding="utf-8"))
+        symbols = json.loads(data.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         raise ValueError(f"{path} is not a run's vocab.json (truncated or not JSON: {e})") from None
     if (
@@ -115,16 +121,20 @@ def run_files(checkpoint: str, vocab: str | None) -> tuple[Path, Path]:
 
 # %% ../notebooks/11b_generate.ipynb #c104
 def load_run(checkpoint: str, vocab: str | None = None):
-    "(vocabulary, model) of a run folder or checkpoint, checked to belong together."
+    """(vocabulary, model) of a run folder or model file: read as one save, the vocabulary verified
+    against the model's manifest (chapter 06) when it lists one."""
     model_path, vocab_path = run_files(checkpoint, vocab)
-    vocab = read_vocab(vocab_path)
     check_model_saved(model_path, vocab_path)
-    try:
-        model = from_pretrained(model_path)
-    except ValueError:
-        check_not_run_state(model_path)  # a clearer error for a state.pt
-        raise
-    if len(vocab) != model.config.n_token:
+    if (model_path.is_dir() and folder_format(model_path) == FORMAT) or is_saved_model(model_path):
+        weights_file = model_path / "model.safetensors" if model_path.is_dir() else model_path
+        sides = {"vocab.json": vocab_path}
+        if model_path.is_dir():
+            sides["config.json"] = model_path / "config.json"
+        model, verified = load_saved(weights_file, None, config_from_dict, build_model, sides)
+    else:
+        model, verified = load_other(model_path), {}
+    vocab = read_vocab(vocab_path, verified.get("vocab.json", read_whole(vocab_path)))
+    if len(vocab) != model.config.n_token:  # a model saved without its vocabulary
         raise ValueError(
             f"{vocab_path} has {len(vocab)} symbols, the model {model.config.n_token}: "
             "not the same run"
@@ -132,14 +142,28 @@ def load_run(checkpoint: str, vocab: str | None = None):
     return vocab, model
 
 
+def load_other(path: Path):
+    """Any other model from_pretrained reads (an earlier version's model.pt, ...); a state.pt is
+    refused."""
+    try:
+        return from_pretrained(path)
+    except ValueError:
+        check_not_run_state(path)  # a clearer error for a state.pt
+        raise
+
+
 def generate_command(argv=None) -> str:
     """The entry point of `python -m txl_lib generate`: prints and returns the prompt and its
     continuation."""
     args = parse_args(argv)
     vocab, model = load_run(args.checkpoint, args.vocab)
+    try:
+        prompt = vocab.encode(args.prompt)[None]
+    except ValueError as e:
+        raise ValueError(f"--prompt: {e}") from None
     ids = generate(
         model,
-        vocab.encode(args.prompt)[None],
+        prompt,
         args.tokens,
         temperature=args.temperature,
         top_k=args.top_k,

@@ -277,7 +277,7 @@ def check_knn_fields(self):
         raise ValueError(f"knn_top_k={self.knn_top_k} exceeds knn_capacity={self.knn_capacity}")
 
 # %% ../notebooks/10_knn_memory.ipynb #c112
-@dataclass
+@dataclass(frozen=True)
 class KNNConfig(TXLConfig):
     "TXLConfig with a KNN memory (Memorizing Transformers) in one layer."
 

@@ -18,7 +18,7 @@ from .model import PretrainedModel
 from .utils import check_int
 
 # %% ../notebooks/06c_lstm_baseline.ipynb #l006
-@dataclass
+@dataclass(frozen=True)
 class LSTMConfig:
     "Hyper-parameters of the LSTM language model."
 

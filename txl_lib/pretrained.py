@@ -5,12 +5,12 @@ page to read first if you came for `import txl_lib`."""
 
 # %% auto #0
 __all__ = ['MODEL_OF_CONFIG', 'CONFIG_CLASSES', 'UNUSED_BEFORE', 'HF_CONFIG_KEYS', 'PICKLED_HINT', 'build_model',
-           'from_pretrained', 'folder_format', 'is_txl_checkpoint', 'config_from_dict', 'check_config_json',
-           'read_hf_config', 'weights_file', 'read_weights', 'check_load_arguments', 'read_foreign', 'foreign_model',
-           'from_hf']
+           'from_pretrained', 'folder_format', 'is_txl_checkpoint', 'is_saved_model', 'config_from_dict',
+           'check_config_json', 'read_hf_config', 'weights_file', 'read_weights', 'check_load_arguments',
+           'read_foreign', 'foreign_model', 'from_hf']
 
 # %% ../notebooks/12_using_the_library.ipynb #c002
-import os
+import json, os
 from dataclasses import fields
 from pathlib import Path
 
@@ -18,7 +18,8 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from .model import TXLConfig, TransformerXL, load_checkpoint, load_folder, read_json_object
+from .model import TXLConfig, TransformerXL, load_checkpoint, load_saved, read_json_object
+from .model import read_torch_file
 from .model import config_of_fields, check_expected, FORMAT
 from .variants import VariantConfig, PositionVariantLM
 from .adaptive import AdaptiveConfig, AdaptiveTransformerXL, check_named_tensors
@@ -53,8 +54,10 @@ def from_pretrained(path, config: TXLConfig | None = None) -> nn.Module:
     or an original state dict."""
     check_load_arguments(path, config)
     path = Path(path)
-    if path.is_dir() and (path / "model.safetensors").is_file() and folder_format(path) == FORMAT:
-        return load_folder(path, config, config_from_dict, build_model)
+    if path.is_dir() and folder_format(path) == FORMAT:
+        return load_saved(path / "model.safetensors", config, config_from_dict, build_model)[0]
+    if is_saved_model(path):  # a model.safetensors file alone: its config is inside
+        return load_saved(path, config, config_from_dict, build_model, sides={})[0]
     if path.is_file() and is_txl_checkpoint(path):
         return load_checkpoint(
             path, expected=config, build=build_model, read_config=config_from_dict
@@ -66,8 +69,8 @@ def folder_format(folder: Path) -> str | None:
     """config.json's model_type (None without one); a config.json that is not a JSON object is an
     error."""
     config_file = folder / "config.json"
-    if not config_file.is_file():
-        return FORMAT  # model.safetensors alone carries its config
+    if not config_file.is_file():  # model.safetensors alone carries its config
+        return FORMAT if (folder / "model.safetensors").is_file() else None
     return read_json_object(config_file).get("model_type")
 
 # %% ../notebooks/12_using_the_library.ipynb #c018a
@@ -79,6 +82,20 @@ def is_txl_checkpoint(path: Path) -> bool:
     except Exception:
         return False  # the readers below give the clear error
     return isinstance(payload, dict) and {"config", "model", "step"} <= payload.keys()
+
+
+def is_saved_model(path: Path) -> bool:
+    """Is `path` a model.safetensors file save_pretrained wrote (a config in its metadata)? Reads
+    its header only."""
+    if not (path.is_file() and path.suffix == ".safetensors"):
+        return False
+    with open(path, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        head = f.read(min(size, 2**24))  # a header of more than 16 MiB is no model of ours
+    try:
+        return "config" in (json.loads(head).get("__metadata__") or {})
+    except (ValueError, AttributeError):
+        return False
 
 # %% ../notebooks/12_using_the_library.ipynb #c219
 CONFIG_CLASSES = {config_class.__name__: config_class for config_class in MODEL_OF_CONFIG}
@@ -163,9 +180,8 @@ def read_hf_config(file: Path) -> TXLConfig:
 
 # %% ../notebooks/12_using_the_library.ipynb #c128
 PICKLED_HINT = (
-    "holds pickled code, which is never run here (weights_only=True). If it is the "
-    "original's model.pt, re-save its weights in the original's repository: "
-    "torch.save(torch.load('model.pt', weights_only=False).state_dict(), 'state_dict.pt')"
+    ". If it is the original's model.pt (a pickled model), save its state_dict() with the "
+    "original's code, where the file was made, and load that file with its config"
 )
 
 # %% ../notebooks/12_using_the_library.ipynb #c140
@@ -181,20 +197,13 @@ def read_weights(file: Path) -> dict:
     """A safetensors file's tensors, or a torch file's state dict read with weights_only=True
     (no code runs); else one error."""
     try:
-        state = (
-            load_file(file)
-            if file.suffix == ".safetensors"
-            else torch.load(file, map_location="cpu", weights_only=True)
-        )
-    except Exception as e:  # torch and safetensors each have their own errors for a bad file
+        state = load_file(file) if file.suffix == ".safetensors" else read_torch_file(file)
+    except ValueError as e:  # chapter 06's one error for a torch file
+        raise ValueError(f"{e}{PICKLED_HINT if 'pickled code' in str(e) else ''}") from None
+    except Exception as e:  # safetensors' own errors for a bad file
         raise ValueError(
-            f"{file} "
-            + (
-                PICKLED_HINT
-                if "Unsupported global" in str(e)
-                else f"is corrupt or truncated, or not a weights file ({type(e).__name__}): "
-                f"expected a safetensors file or a torch.save'd state dict"
-            )
+            f"{file} is corrupt or truncated, or not a weights file ({type(e).__name__}): "
+            "expected a safetensors file or a torch.save'd state dict"
         ) from None
     if not isinstance(state, dict):
         raise ValueError(

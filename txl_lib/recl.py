@@ -10,7 +10,7 @@ __all__ = ['relative_gains', 'recl', 'check_group', 'check_recl_inputs', 'key_va
 # %% ../notebooks/08a_recl.ipynb #c001
 import torch
 
-from .training import memory_length
+from .training import with_config
 from .utils import check_int
 
 # %% ../notebooks/08a_recl.ipynb #c005
@@ -216,13 +216,13 @@ def losses_at_contexts(
     check_scoring_args(stream, contexts, n_tokens)
     check_int("tgt_len", tgt_len, 1)
     ends = range(max(contexts), max(contexts) + n_tokens)  # the scored positions
-    with memory_length(model, mem_len):
-        return torch.stack(
-            [
-                loss_of_last(model, torch.stack([stream[t - c : t + 1] for t in ends]), tgt_len)
-                for c in contexts
-            ]
-        )
+    model = with_config(model, mem_len=mem_len)  # chapter 00b: the caller's model is not edited
+    return torch.stack(
+        [
+            loss_of_last(model, torch.stack([stream[t - c : t + 1] for t in ends]), tgt_len)
+            for c in contexts
+        ]
+    )
 
 # %% ../notebooks/08a_recl.ipynb #c120
 def check_scoring_args(stream, contexts, n_tokens) -> None:

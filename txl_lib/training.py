@@ -6,12 +6,12 @@ losses out."""
 # %% auto #0
 __all__ = ['check_training_args', 'check_same_shape', 'check_scored', 'check_finite', 'stream_documents', 'document_segments',
            'scored_segments', 'warmup_cosine', 'adam_with_schedule', 'optimizer_step', 'training_mode', 'train',
-           'Evaluation', 'config_changes', 'memory_length', 'evaluate', 'Validator']
+           'Evaluation', 'with_config', 'evaluate', 'Validator']
 
 # %% ../notebooks/00b_training.ipynb #c001
-import itertools, math, warnings
+import copy, itertools, math, warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass, replace
 
 import torch
 
@@ -219,29 +219,25 @@ class Evaluation:
         return (self.predicted == self.targets)[scored].float().mean().item()
 
 # %% ../notebooks/00b_training.ipynb #c116
-@contextmanager
-def config_changes(model: torch.nn.Module, **changes):
-    "Within the block, the config fields in `changes` that are not None take these values."
+def with_config(model: torch.nn.Module, **changes) -> torch.nn.Module:
+    """`model` with the config fields in `changes` that are not None replaced: the same parameters
+    and layers, a config of its own. `model` itself is untouched, so threads may share it."""
     changes = {k: v for k, v in changes.items() if v is not None}
-    saved = {k: getattr(model.config, k) for k in changes}
-    try:
-        for k, v in changes.items():
-            setattr(model.config, k, v)
-        yield model
-    finally:
-        for k, v in saved.items():
-            setattr(model.config, k, v)
-
-
-def memory_length(model: torch.nn.Module, mem_len: int | None):
-    """Within the block, `model` keeps `mem_len` positions of memory (its `config.mem_len`); None
-    changes nothing."""
-    if mem_len is not None and not hasattr(getattr(model, "config", None), "mem_len"):
+    if not changes:
+        return model
+    config = getattr(model, "config", None)
+    unknown = (
+        sorted(changes.keys() - {f.name for f in fields(config)})
+        if is_dataclass(config)
+        else sorted(changes)
+    )
+    if unknown:
         raise TypeError(
-            f"{type(model).__name__} has no config.mem_len: it keeps no memory whose "
-            "length could change"
+            f"{type(model).__name__} has no config field {', '.join(unknown)} to change"
         )
-    return config_changes(model, mem_len=None if mem_len is None else check_int("mem_len", mem_len))
+    view = copy.copy(model)  # shallow: every parameter, buffer and layer is the model's own
+    view.config = replace(config, **changes)  # the config's checks run on the new values
+    return view
 
 # %% ../notebooks/00b_training.ipynb #c216
 @torch.inference_mode()
@@ -258,7 +254,8 @@ def evaluate(
     check_same_shape(inputs, targets)
     check_scored(targets)
     losses, predicted, mems = [], [], None
-    with training_mode(model, False), memory_length(model, mem_len):
+    model = with_config(model, mem_len=mem_len)  # never by editing the caller's model
+    with training_mode(model, False):
         for x, y, _ in document_segments([(inputs, targets)], tgt_len):
             out = model(x, mems=mems, targets=y)
             losses.append(out.losses)

@@ -106,7 +106,7 @@ def check_variant_config(config: TXLConfig):
         )
 
 
-@dataclass
+@dataclass(frozen=True)
 class VariantConfig(TXLConfig):
     """TXLConfig with the original's `attn_type` switch, for its types 1-3
     (type 0, the paper's, is TXLConfig)."""
