@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 
 from txl_lib.data import corpus_streams
 from txl_lib.training import stream_documents, train
-from txl_lib.utils import seed_everything
+from txl_lib.utils import seed_everything, write_manifest
 from txl_lib.vanilla import VanillaTransformerLM
 
 OUT = Path(__file__).with_suffix("")                 # reference/01_context_fragmentation/
@@ -43,6 +43,7 @@ def main():
     save_file(weights, OUT / "models.safetensors")
     (OUT / "training_log.json").write_text(json.dumps(log, indent=1) + "\n")
     print(f"wrote {OUT}: {len(SEEDS)} models, {(OUT / 'models.safetensors').stat().st_size / 2**20:.1f} MiB of weights")
+    write_manifest(OUT)  # last: the sha256 of every file the chapters read (chapter 00)
 
 
 if __name__ == "__main__":

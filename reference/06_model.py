@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 from txl_lib.data import corpus_streams, sort_task
 from txl_lib.model import TXLConfig, TransformerXL, generate
 from txl_lib.training import evaluate, stream_documents, train
-from txl_lib.utils import seed_everything
+from txl_lib.utils import seed_everything, write_manifest
 from txl_lib.vanilla import VanillaTransformerLM
 
 OUT = Path(__file__).with_suffix("")                 # reference/06_model/
@@ -92,6 +92,7 @@ def main():
     (OUT / "training_log.json").write_text(json.dumps(log, indent=1, ensure_ascii=False) + "\n")
     print(f"wrote {OUT}: {len(log['models'])} models, "
           f"{(OUT / 'models.safetensors').stat().st_size / 2**20:.1f} MiB of weights")
+    write_manifest(OUT)  # last: the sha256 of every file the chapters read (chapter 00)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import torch
 
 from txl_lib.bench import bench_model, format_step_changes, step_changes
 from txl_lib.model import generate
-from txl_lib.utils import write_atomically
+from txl_lib.utils import write_atomically, write_manifest
 
 OUT = Path(__file__).with_suffix("")                 # reference/07_speed_benchmark/
 
@@ -44,6 +44,7 @@ def main():
     OUT.mkdir(exist_ok=True)
     write_atomically(OUT / "gpu_steps.json", (json.dumps(run, indent=1) + "\n").encode())
     print(f"wrote {OUT / 'gpu_steps.json'} ({run['device']})")
+    write_manifest(OUT)  # last: the sha256 of every file the chapters read (chapter 00)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from safetensors.torch import save_file
 from txl_lib.model import TXLConfig, TransformerXL
 from txl_lib.recl import key_value_stream, losses_at_contexts
 from txl_lib.training import train, stream_documents
-from txl_lib.utils import seed_everything
+from txl_lib.utils import seed_everything, write_manifest
 from txl_lib.vanilla import VanillaTransformerLM
 
 OUT = Path(__file__).resolve().parent / "08a_recl"
@@ -83,6 +83,7 @@ def main():
     save_file(weights, OUT / "weights.safetensors")
     save_file(tables, OUT / "losses.safetensors")
     (OUT / "log.json").write_text(json.dumps(log, indent=1) + "\n")
+    write_manifest(OUT)  # last: the sha256 of every file the chapters read (chapter 00)
 
 
 if __name__ == "__main__":

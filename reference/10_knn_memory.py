@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 from txl_lib.knn import RECALL_MODELS, RECALL_RECIPE, KNNTransformerXL, mixed_recall, recall_config
 from txl_lib.model import TransformerXL
 from txl_lib.training import train
-from txl_lib.utils import seed_everything
+from txl_lib.utils import seed_everything, write_manifest
 
 OUT = Path(__file__).with_suffix("")                 # reference/10_knn_memory/
 SEEDS = (0, 1, 2)
@@ -47,6 +47,7 @@ def main():
     (OUT / "training_log.json").write_text(json.dumps(log, indent=1) + "\n")
     print(f"wrote {OUT}: {len(log['runs'])} models, "
           f"{(OUT / 'models.safetensors').stat().st_size / 2**20:.1f} MiB of weights")
+    write_manifest(OUT)  # last: the sha256 of every file the chapters read (chapter 00)
 
 
 if __name__ == "__main__":

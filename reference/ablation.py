@@ -59,7 +59,7 @@ from txl_lib.corpora import load_splits
 from txl_lib.real_text import SPEED_CLAIM, counted_work
 from txl_lib.data import batchify
 from txl_lib.training import stream_documents
-from txl_lib.utils import seed_everything, write_atomically
+from txl_lib.utils import seed_everything, write_atomically, write_manifest
 from txl_lib.vanilla import sliding_window_loss
 
 OUT = Path(__file__).with_suffix("")                 # reference/ablation/
@@ -240,6 +240,7 @@ def main(workers: int = 2, resume: bool = False, kinds: tuple = tuple(KINDS)):
     for r in runs:
         print(f"{r['model']:15s} seed {r['seed']}: {r['params']:,} parameters, lr {r['lr']:g}, "
               f"valid {r['valid_bpc']:.3f}, test {r['test_bpc']:.3f} bpc, {r['train_cpu_seconds']:.0f} CPU s")
+    write_manifest(OUT)  # last: the sha256 of every file the chapters read (chapter 00)
 
 
 if __name__ == "__main__":  # --resume; --kinds a,b,c trains only those kinds (and the time-matched rows)

@@ -47,7 +47,7 @@ from txl_lib import LSTMConfig, TXLConfig, VariantConfig, build_model, evaluate,
 from txl_lib.corpora import load_splits
 from txl_lib.recl import losses_at_contexts
 from txl_lib.data import batchify
-from txl_lib.utils import write_atomically
+from txl_lib.utils import write_atomically, write_manifest
 from txl_lib.training import stream_documents
 from txl_lib.utils import seed_everything
 from txl_lib.vanilla import sliding_window_loss
@@ -161,6 +161,7 @@ def main(workers: int = 2, resume: bool = False):
     for r in runs:
         print(f"{r['model']:15s} seed {r['seed']}: {r['params']:,} parameters, valid {r['valid_bpc']:.3f}, "
               f"test {r['test_bpc']:.3f} bpc, {r['train_cpu_seconds']:.0f} CPU s")
+    write_manifest(OUT)  # last: the sha256 of every file the chapters read (chapter 00)
 
 
 if __name__ == "__main__":

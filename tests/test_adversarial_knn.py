@@ -289,16 +289,13 @@ def reference_run(tmp_path):
         (lambda f: (f / "models.safetensors").unlink(), r"models.safetensors is missing"),
         (
             lambda f: (f / "training_log.json").write_text("{not json"),
-            r"training_log.json is not valid JSON",
-        ),
-        (
-            lambda f: (f / "training_log.json").write_text("[1, 2]"),
-            r"training_log.json is not a reference training log",
+            r"training_log.json differs from the sha256 .*manifest.json lists",
         ),
         (
             lambda f: (f / "models.safetensors").write_bytes(b"\x00" * 100),
-            r"models.safetensors cannot be read",
+            r"models.safetensors differs from the sha256 .*manifest.json lists",
         ),
+        (lambda f: (f / "manifest.json").unlink(), r"is not listed in .*manifest.json"),
     ],
 )
 def test_a_damaged_reference_run_is_refused_naming_the_file(reference_run, damage, message):
@@ -309,13 +306,25 @@ def test_a_damaged_reference_run_is_refused_naming_the_file(reference_run, damag
         load_recall_reference(reference_run)
 
 
+def test_a_consistent_reference_run_of_another_shape_is_refused(reference_run):
+    from txl_lib.knn import load_recall_reference
+    from txl_lib.utils import write_manifest
+
+    (reference_run / "training_log.json").write_text("[1, 2]")
+    write_manifest(reference_run)  # listed, and still not a training log
+    with pytest.raises(ValueError, match=r"training_log.json is not a reference training log"):
+        load_recall_reference(reference_run)
+
+
 def test_reference_weights_that_do_not_fit_are_refused_naming_the_file(reference_run):
     from safetensors.torch import load_file, save_file
     from txl_lib.knn import load_recall_reference
+    from txl_lib.utils import write_manifest
 
     weights = load_file(reference_run / "models.safetensors")
     weights.pop("XL + KNN memory, seed 1/layers.1.attn.gate")
     save_file(weights, reference_run / "models.safetensors")
+    write_manifest(reference_run)  # a consistent folder: only the weights' names are wrong
     with pytest.raises(
         ValueError,
         match=r"models.safetensors: the weights do not fit .*missing \['layers.1.attn.gate'\]",

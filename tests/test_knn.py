@@ -23,7 +23,7 @@ from txl_lib.knn import (
 )
 from txl_lib.model import TXLConfig, TransformerXL, save_checkpoint, load_checkpoint
 from txl_lib.training import train
-from txl_lib.utils import seed_everything
+from txl_lib.utils import seed_everything, write_manifest
 
 
 def filled_store(B=3, H=2, D=5, C=16, n=11, seed=0):
@@ -328,5 +328,8 @@ def test_the_reference_script_writes_what_load_recall_reference_reads(tmp_path, 
         )
     log["configs"]["XL + KNN memory"]["knn_top_k"] = 3
     (tmp_path / "run" / "training_log.json").write_text(json.dumps(log))
+    with pytest.raises(ValueError, match="training_log.json differs from the sha256"):
+        load_recall_reference(tmp_path / "run")
+    write_manifest(tmp_path / "run")  # consistent again, and made with another configuration
     with pytest.raises(ValueError, match="another configuration"):
         load_recall_reference(tmp_path / "run")

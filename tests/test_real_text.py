@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import save_file
 
 from txl_lib.real_text import FIELDS, claims_table, read_results
-from txl_lib.utils import compare
+from txl_lib.utils import compare, write_manifest
 
 
 def record(model, seed, bpc):
@@ -37,6 +37,7 @@ def test_records_are_grouped_by_model_in_seed_order(tmp_path):
     path.write_text(
         json.dumps({"runs": [record("b", 1, 2.0), record("a", 0, 1.0), record("b", 0, 3.0)]})
     )
+    write_manifest(tmp_path)  # a stored result is read only under its listed sha256
     grouped = read_results(path)
     assert list(grouped) == ["b", "a"] and [r["seed"] for r in grouped["b"]] == [0, 1]
 
@@ -53,7 +54,17 @@ def test_records_are_grouped_by_model_in_seed_order(tmp_path):
 def test_a_malformed_results_file_is_one_clear_error(tmp_path, content, message):
     path = tmp_path / "results.json"
     path.write_text(json.dumps(content))
+    write_manifest(tmp_path)
     with pytest.raises(ValueError, match=message):
+        read_results(path)
+
+
+def test_a_results_file_unlike_its_manifest_is_refused(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"runs": [record("a", 0, 1.0)]}))
+    write_manifest(tmp_path)
+    path.write_text(json.dumps({"runs": [record("a", 0, 1.5)]}))  # another number, same shape
+    with pytest.raises(ValueError, match="results.json differs from the sha256"):
         read_results(path)
 
 
@@ -219,6 +230,7 @@ def test_claims_table_verdicts_on_runs_built_by_hand(tmp_path):
         for s in range(3)
     }
     save_file(tables, long_run / "context_losses.safetensors")
+    write_manifest(ablation), write_manifest(long_run)
     assert [row["verdict"] for row in claims_table(ablation, long_run)] == [
         "reproduces",  # relative positions alone: -0.3 against vanilla
         "reproduces",  # the memory, trained: -0.209

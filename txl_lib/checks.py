@@ -168,7 +168,7 @@ def check_model_config(self: nn.Module, config):
         )
     check_fits_memory(config)
 
-
+# %% ../notebooks/00c_checks.ipynb #c010m
 def machine_memory() -> int | None:
     "Bytes of physical memory (None where the system does not say: no check)."
     try:

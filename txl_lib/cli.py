@@ -56,7 +56,7 @@ def check_command_line(p: argparse.ArgumentParser, args: argparse.Namespace) -> 
         p.error(f"--out {args.out}: {files[0]} is a file, expected a folder for the run")
     return args
 
-
+# %% ../notebooks/11a_commands.ipynb #c501b
 def check_device(name: str) -> torch.device:
     "The device `name`, if this machine has it."
     try:

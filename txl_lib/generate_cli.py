@@ -141,7 +141,7 @@ def load_run(checkpoint: str, vocab: str | None = None):
         )
     return vocab, model
 
-
+# %% ../notebooks/11b_generate.ipynb #c104b
 def load_other(path: Path):
     """Any other model from_pretrained reads (an earlier version's model.pt, ...); a state.pt is
     refused."""

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
-from safetensors.torch import load_file
+from safetensors.torch import load as safetensors_load
 
-from .utils import check_int, seed_everything, read_json
+from .utils import check_int, seed_everything, read_listed
 from .data import recall_task
 from .data import LMOutput
 from .model import TXLConfig, TransformerXL, DecoderLayer, check_stored_weights
@@ -414,49 +414,34 @@ def mixed_recall(distances, n_examples: int, batch_size: int, seed: int):
         yield next(stream)
 
 # %% ../notebooks/10_knn_memory.ipynb #c138
-def check_recall_reference(folder):
-    """A reference folder: training_log.json (seeds, configs, runs) and models.safetensors with
-    every model's weights."""
-    folder = Path(folder)
-    log_path, weights_path = folder / "training_log.json", folder / "models.safetensors"
-    for path in (log_path, weights_path):
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"{path} is missing: make the reference run with `make reference`"
-            )
-    log = read_json(log_path, "remake it with `make reference`")
+def check_recall_reference(folder: Path, log, weights: dict):
+    """A reference run's training log (seeds, configs, runs) and weights (every model's), read from
+    `folder` with their sha256 checked: the shapes every model needs."""
     seeds, configs = (log.get(k) if isinstance(log, dict) else None for k in ("seeds", "configs"))
     if not isinstance(seeds, list) or not isinstance(configs, dict):
         raise ValueError(
-            f"{log_path} is not a reference training log (a JSON object with seeds and configs): "
-            f"remake it with `make reference`"
+            f"{folder / 'training_log.json'} is not a reference training log (a JSON object with "
+            "seeds and configs): remake it with `make reference`"
         )
-    try:
-        weights = load_file(weights_path)
-    except Exception as error:  # safetensors raises its own error type for a damaged file
-        raise ValueError(
-            f"{weights_path} cannot be read as safetensors ({error}): remake it with "
-            "`make reference`"
-        ) from None
     for name, with_knn in RECALL_MODELS.items():
         with torch.device("meta"):
             skeleton = (KNNTransformerXL if with_knn else TransformerXL)(recall_config(with_knn))
         for seed in log["seeds"]:
             prefix = f"{name}, seed {seed}/"
             check_stored_weights(
-                weights_path,
+                folder / "models.safetensors",
                 {k[len(prefix) :]: v for k, v in weights.items() if k.startswith(prefix)},
                 skeleton,
             )
 
 # %% ../notebooks/10_knn_memory.ipynb #c105
 def load_recall_reference(folder) -> tuple[dict, dict]:
-    """The recall models of a reference run (`folder`: models.safetensors, training_log.json):
-    {name: [model per seed]}, log."""
-    check_recall_reference(folder)
+    """The recall models of a reference run (`folder`: models.safetensors, training_log.json, each
+    verified against its manifest.json): {name: [model per seed]}, log."""
     folder = Path(folder)
-    log = json.loads((folder / "training_log.json").read_text())
-    weights, models = load_file(folder / "models.safetensors"), {}
+    log = json.loads(read_listed(folder, "training_log.json"))  # chapter 00: sha256 checked
+    weights, models = safetensors_load(read_listed(folder, "models.safetensors")), {}
+    check_recall_reference(folder, log, weights)
     for name, with_knn in RECALL_MODELS.items():
         config = recall_config(with_knn)
         if log["configs"].get(name) != json.loads(json.dumps(config.__dict__)):

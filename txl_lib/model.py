@@ -531,7 +531,7 @@ def fill_tied(model: torch.nn.Module, ours: dict) -> dict:
             ours.setdefault(n, stored[0])
     return ours
 
-
+# %% ../notebooks/06_model.ipynb #c029a2
 def read_whole(path: Path) -> bytes | None:
     """The bytes of the file at `path` (None if there is none); refused before reading if memory
     cannot hold them."""

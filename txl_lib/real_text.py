@@ -12,14 +12,14 @@ import dataclasses, json
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load as safetensors_load
 from torch.utils.flop_counter import FlopCounterMode
 
 from .cache import InferenceCache
 from .model import TXLConfig, TransformerXL
 
 from .recl import recl_by_seed
-from .utils import Comparison, compare, mean_spread
+from .utils import Comparison, compare, mean_spread, read_listed
 
 # %% ../notebooks/06d_real_text.ipynb #r006
 FIELDS = (
@@ -43,7 +43,7 @@ def read_results(path, fields: tuple = FIELDS) -> dict:
     """A reference run's results.json: its records, grouped {model: [record per seed]}, each with
     every field of `fields`."""
     path = Path(path)
-    data = json.loads(path.read_text())
+    data = json.loads(read_listed(path.parent, path.name))  # chapter 00: its sha256 checked
     runs = data.get("runs") if isinstance(data, dict) else None
     if not isinstance(runs, list) or not runs:
         raise ValueError(f"{path} must hold {{'runs': [...]}}, one record per trained model")
@@ -197,12 +197,12 @@ def claims_table(ablation_folder, recl_folder) -> list[dict]:
         rows.append(_ranked(claim, values[a], values[b], (a, b)))
     folder = Path(recl_folder)
     long_run = read_results(folder / "results.json")
-    contexts = json.loads((folder / "results.json").read_text())["contexts"]["contexts"]
-    tables = load_file(folder / "context_losses.safetensors")
+    contexts = json.loads(read_listed(folder, "results.json"))["contexts"]["contexts"]
+    tables = safetensors_load(read_listed(folder, "context_losses.safetensors"))
     seeds = [r["seed"] for r in long_run["xl"]]
     for claim, other, percent in LONGER_CLAIMS:
         found = recl_by_seed(tables, ["xl", other], seeds, contexts, r=0.1)
         rows.append(_longer(claim, found, ("xl", other), percent))
     claim, _, claimed = SPEED_CLAIM
-    study = json.loads((Path(ablation_folder) / "results.json").read_text())
+    study = json.loads(read_listed(Path(ablation_folder), "results.json"))
     return rows + [_faster(claim, study["speed"], claimed)]
