@@ -249,3 +249,62 @@ def test_11_a_hand_edited_state_is_refused(tmp_path):
 def test_12_an_init_std_that_makes_the_logits_infinite_is_refused():
     with pytest.raises(ValueError, match=r"init_std must be a number in \(0, 1\], got 1e\+300"):
         TXLConfig(**TINY, init_std=1e300)
+
+
+def strip_manifest(weights: Path):
+    "The file as the previous version wrote it: no file list in the metadata."
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    with safe_open(weights, "pt") as f:
+        metadata = f.metadata()
+    tensors = load_file(weights)
+    save_file(tensors, weights, metadata={k: v for k, v in metadata.items() if k != "files"})
+
+
+def test_a_model_of_the_previous_version_still_loads_its_config_unverified_with_a_warning(tmp_path):
+    saved = TransformerXL(TXLConfig(**TINY)).eval()
+    saved.save_pretrained(tmp_path)
+    strip_manifest(tmp_path / "model.safetensors")
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(config, indent=4))  # reformatted: the same
+    x = torch.randint(20, (1, 7))
+    assert torch.equal(from_pretrained(tmp_path)(x).logits, saved(x).logits)
+    (tmp_path / "config.json").write_text(json.dumps({**config, "mem_len": 9}))
+    with pytest.raises(ValueError, match="config.json differs from the config stored in"):
+        from_pretrained(tmp_path)
+    (tmp_path / "config.json").unlink()  # as the previous version's cut save could leave it
+    for path in (tmp_path, tmp_path / "model.safetensors"):
+        with pytest.warns(UserWarning, match="config is loaded unverified"):
+            assert torch.equal(from_pretrained(path)(x).logits, saved(x).logits)
+
+
+def test_damaged_metadata_is_one_error_naming_the_file(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    TransformerXL(TXLConfig(**TINY)).save_pretrained(tmp_path)
+    tensors = load_file(tmp_path / "model.safetensors")
+    for metadata in ({"config": "5", "files": "{}"}, {"config": "{}", "files": "[1]"}, {"x": "y"}):
+        save_file(tensors, tmp_path / "model.safetensors", metadata=metadata)
+        with pytest.raises(ValueError, match="model.safetensors holds no config and file list"):
+            from_pretrained(tmp_path)
+
+
+def test_with_config_of_a_compiled_model_edits_nothing():
+    from txl_lib.training import with_config
+
+    model = TransformerXL(TXLConfig(**TINY, mem_len=8))
+    view = with_config(torch.compile(model), mem_len=32)  # compiles nothing until called
+    assert view.config.mem_len == 32 and model.config.mem_len == 8 and view.u is model.u
+
+
+def test_a_run_state_of_the_previous_version_resumes_with_a_warning(tmp_path):
+    out = tmp_path / "run"
+    run(out, "--stop-after", "1", steps=2)
+    state = torch.load(out / "state.pt", weights_only=True)
+    del state["sha256"]
+    state["format"] = 2  # as the previous version wrote it
+    torch.save(state, out / "state.pt")
+    with pytest.warns(UserWarning, match="resumed unverified"):
+        run(out, "--resume", steps=2)
+    assert torch.load(out / "state.pt", weights_only=True)["format"] == 3

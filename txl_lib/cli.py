@@ -187,12 +187,14 @@ def read_state(out: Path, args: argparse.Namespace, world: int) -> dict:
         state = read_torch_file(path)  # chapter 06: no code runs, one error
     except ValueError as e:
         raise ValueError(f"{e}; the run cannot resume from it") from None
-    if not isinstance(state, dict) or state.get("format") != 3:
+    if not isinstance(state, dict) or state.get("format") not in (2, 3):
         raise ValueError(
             f"{path} is not a run state of this txl_lib version (expected format 3, "
             f"checksummed): start the run again"
         )
-    if state.pop("sha256", None) != content_sha256(state):
+    if state["format"] == 2:  # an earlier version's, without a checksum
+        warnings.warn(f"{path} was saved before run states were checksummed: resumed unverified")
+    elif state.pop("sha256", None) != content_sha256(state):
         raise ValueError(
             f"{path} is corrupt: its sha256 differs from the one stored when it was saved (a "
             "changed byte?); the run cannot resume from it"

@@ -392,7 +392,7 @@ def read_torch_file(path) -> object:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch's message would suggest weights_only=False: not passed on
-        blocked = re.search(r"(?i)unsupported global:? (?:global )?([\w.]+)", str(e))
+        blocked = re.search(r"(?i)unsupported (?:global|class):? (?:global )?([\w.]+)", str(e))
         raise ValueError(
             f"{path} holds pickled code ({blocked[1]}), which is never run here: only tensors and "
             "plain data load"
@@ -578,21 +578,25 @@ def save_problem(weights_file: Path, found: dict, sides: dict) -> Exception | No
     if found[weights_file.name] is None:
         return FileNotFoundError(f"{weights_file} is missing: the model's weights")
     metadata = safetensors_metadata(weights_file, found[weights_file.name])
-    if "config" not in metadata:
-        return ValueError(
-            f"{weights_file} has no config in its metadata: not written by save_pretrained"
-        )
-    if "files" not in metadata:  # saved before the manifest: config.json must confirm the config
-        if found.get("config.json") == metadata["config"].encode():
-            return None
-        return ValueError(
-            f"{weights_file} was saved before txl_lib checksummed its config, and no equal "
-            f"config.json beside it confirms it: save the model again"
-        )
     try:
-        manifest = json.loads(metadata["files"])
-    except ValueError:
-        return ValueError(f"{weights_file} is corrupt: the list of its files is not JSON")
+        config, manifest = json.loads(metadata["config"]), json.loads(metadata.get("files", "{}"))
+    except (KeyError, TypeError, ValueError):
+        config = manifest = None
+    if not isinstance(config, dict) or not isinstance(manifest, dict):
+        return ValueError(f"{weights_file} holds no config and file list as save_pretrained writes")
+    if "files" not in metadata:  # saved before the manifest: a config.json beside it must agree
+        try:
+            same = found.get("config.json") is None or json.loads(found["config.json"]) == config
+        except ValueError:  # not JSON, or not UTF-8
+            same = False
+        return (
+            None
+            if same
+            else ValueError(
+                f"{weights_file.with_name('config.json')} differs from the config stored in "
+                f"{weights_file.name} (edited, or a save cut short: save again)"
+            )
+        )
     if hashlib.sha256(metadata["config"].encode()).hexdigest() != manifest.get("config.json"):
         return ValueError(f"{weights_file} is corrupt: its stored config differs from its sha256")
     for name, path in sides.items():
@@ -634,6 +638,11 @@ def read_saved(weights_file: Path, sides: dict | None = None, attempts: int = 10
         )
     listed = json.loads(metadata.get("files", "{}"))  # earlier saves: config.json, compared above
     verified = {n: data for n, data in found.items() if n in listed or n == "config.json"}
+    if "files" not in metadata and found.get("config.json") is None:
+        warnings.warn(
+            f"{weights_file} was saved before txl_lib checksummed its config, and no config.json "
+            "beside it confirms it: its config is loaded unverified; save the model again"
+        )
     return tensors, metadata, {n: data for n, data in verified.items() if data is not None}
 
 # %% ../notebooks/06_model.ipynb #c029e
@@ -646,7 +655,7 @@ def load_saved(
     try:
         config = read_config(json.loads(metadata["config"]))
         check_fits_memory(config)  # a stored config names no file: this error does
-    except (TypeError, ValueError) as e:
+    except (AttributeError, TypeError, ValueError) as e:
         raise ValueError(f"{weights_file} holds an invalid config: {e}") from None
     check_expected(config, expected, weights_file.parent)
     with torch.device("meta"):  # shapes only: nothing allocated

@@ -221,10 +221,11 @@ class Evaluation:
 # %% ../notebooks/00b_training.ipynb #c116
 def with_config(model: torch.nn.Module, **changes) -> torch.nn.Module:
     """`model` with the config fields in `changes` that are not None replaced: the same parameters
-    and layers, a config of its own. `model` itself is untouched, so threads may share it."""
+    and layers, a config of its own (a torch.compile wrapper is unwrapped). `model` is untouched."""
     changes = {k: v for k, v in changes.items() if v is not None}
     if not changes:
         return model
+    model = getattr(model, "_orig_mod", model)  # compiled: its attributes are the module's
     config = getattr(model, "config", None)
     unknown = (
         sorted(changes.keys() - {f.name for f in fields(config)})

@@ -246,14 +246,13 @@ def file_sha256(path) -> str:
 def read_listed(folder, name: str) -> bytes:
     """The bytes of `folder`/`name`, verified against the sha256 `folder`/manifest.json lists;
     a file missing, unlisted or changed is one error naming it."""
-    folder = Path(folder)
-    listed = (
-        read_json(folder / MANIFEST, "it lists the files of a stored run")
-        if (folder / MANIFEST).is_file()
-        else {}
-    )
-    path = folder / name
-    if name not in listed or not path.is_file():
+    folder, path = Path(folder), Path(folder) / name
+    if not (folder / MANIFEST).is_file():
+        raise FileNotFoundError(
+            f"{folder / MANIFEST} is missing: remake the folder (`make reference`)"
+        )
+    listed = read_json(folder / MANIFEST, "it lists the files of a stored run")
+    if not isinstance(listed, dict) or name not in listed or not path.is_file():
         missing = "is missing" if not path.is_file() else f"is not listed in {folder / MANIFEST}"
         raise FileNotFoundError(f"{path} {missing}: remake the folder (`make reference`)")
     data = path.read_bytes()
