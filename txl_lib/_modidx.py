@@ -466,7 +466,6 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'txl_lib.utils.check_int': ('utils.html#check_int', 'txl_lib/utils.py'),
                                'txl_lib.utils.check_shape': ('utils.html#check_shape', 'txl_lib/utils.py'),
                                'txl_lib.utils.compare': ('utils.html#compare', 'txl_lib/utils.py'),
-                               'txl_lib.utils.file_sha256': ('utils.html#file_sha256', 'txl_lib/utils.py'),
                                'txl_lib.utils.headline': ('utils.html#headline', 'txl_lib/utils.py'),
                                'txl_lib.utils.mean_spread': ('utils.html#mean_spread', 'txl_lib/utils.py'),
                                'txl_lib.utils.progress': ('utils.html#progress', 'txl_lib/utils.py'),

@@ -133,7 +133,8 @@ def load_run(checkpoint: str, vocab: str | None = None):
         model, verified = load_saved(weights_file, None, config_from_dict, build_model, sides)
     else:
         model, verified = load_other(model_path), {}
-    vocab = read_vocab(vocab_path, verified.get("vocab.json", read_whole(vocab_path)))
+    saved = verified["vocab.json"] if "vocab.json" in verified else read_whole(vocab_path)
+    vocab = read_vocab(vocab_path, saved)  # the bytes verified, read once
     if len(vocab) != model.config.n_token:  # a model saved without its vocabulary
         raise ValueError(
             f"{vocab_path} has {len(vocab)} symbols, the model {model.config.n_token}: "

@@ -6,7 +6,7 @@ later chapter leans on."""
 # %% auto #0
 __all__ = ['MAX_INT', 'MANIFEST', 'HEADLINE', 'seed_everything', 'check_shape', 'check_int', 'show_heatmap', 'progress',
            'mean_spread', 't_quantile', 'Comparison', 'compare', 'write_atomically', 'read_json', 'write_manifest',
-           'file_sha256', 'read_listed', 'Linear', 'cell_seconds', 'timing_table', 'headline', 'report_run']
+           'read_listed', 'Linear', 'cell_seconds', 'timing_table', 'headline', 'report_run']
 
 # %% ../notebooks/00_utils.ipynb #c001
 import base64, errno, hashlib, json, math, os, random, secrets, sys
@@ -235,12 +235,10 @@ def write_manifest(folder) -> Path:
     relative path (what `read_listed` verifies)."""
     folder = Path(folder)
     files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
-    digests = {p.relative_to(folder).as_posix(): file_sha256(p) for p in files}
+    digests = {
+        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in files
+    }
     return write_atomically(folder / MANIFEST, (json.dumps(digests, indent=1) + "\n").encode())
-
-
-def file_sha256(path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def read_listed(folder, name: str) -> bytes:
