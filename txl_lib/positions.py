@@ -8,15 +8,12 @@ __all__ = ['relative_positions']
 # %% ../notebooks/03_relative_positions.ipynb #c001
 import torch
 
-from .utils import check_int
 from .vanilla import sinusoid_encoding
 
 # %% ../notebooks/03_relative_positions.ipynb #c005
 def relative_positions(klen: int, d_model: int, clamp_len: int = 0, device=None) -> torch.Tensor:
     """R: (K, E) sinusoid encodings of the distances K-1, K-2, ..., 0
     (clamped at `clamp_len` when > 0)."""
-    check_int("klen", klen, 1)
-    check_int("clamp_len", clamp_len)
     distances = torch.arange(klen - 1, -1, -1.0, device=device)  # (K,)
     if clamp_len > 0:
         distances = distances.clamp(max=clamp_len)

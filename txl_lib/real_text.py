@@ -12,7 +12,6 @@ import dataclasses, json
 from pathlib import Path
 
 import torch
-from safetensors.torch import load as safetensors_load
 from torch.utils.flop_counter import FlopCounterMode
 
 from .cache import InferenceCache
@@ -20,6 +19,7 @@ from .model import TXLConfig, TransformerXL
 
 from .recl import recl_by_seed
 from .utils import Comparison, compare, mean_spread, read_listed
+from .serialization import read_listed_tensors
 
 # %% ../notebooks/06d_real_text.ipynb #r006
 FIELDS = (
@@ -198,7 +198,7 @@ def claims_table(ablation_folder, recl_folder) -> list[dict]:
     folder = Path(recl_folder)
     long_run = read_results(folder / "results.json")
     contexts = json.loads(read_listed(folder, "results.json"))["contexts"]["contexts"]
-    tables = safetensors_load(read_listed(folder, "context_losses.safetensors"))
+    tables = read_listed_tensors(folder, "context_losses.safetensors")
     seeds = [r["seed"] for r in long_run["xl"]]
     for claim, other, percent in LONGER_CLAIMS:
         found = recl_by_seed(tables, ["xl", other], seeds, contexts, r=0.1)

@@ -9,52 +9,34 @@ __all__ = ['check_training_args', 'check_same_shape', 'check_scored', 'check_fin
            'Evaluation', 'with_config', 'evaluate', 'Validator']
 
 # %% ../notebooks/00b_training.ipynb #c001
-import copy, itertools, math, warnings
+import copy, itertools, math, sys, warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, is_dataclass, replace
 
 import torch
 
-from .utils import progress, check_int
+from .utils import progress, check_int, check_number, check_shape, check_type
 from .data import IGNORE, mean_loss  # the contract of chapter 00a
 
 # %% ../notebooks/00b_training.ipynb #c152
 def check_training_args(steps, tgt_len, lr, warmup=None, clip=0.25, evaluator=None, eval_every=0):
     """The checks of `train` (and of the training command): one clear ValueError for the first bad
     argument."""
-    check_int("steps", steps, 1)
-    check_int("tgt_len", tgt_len, 1)
-    check_int("eval_every", eval_every)
-    if warmup is not None:
-        check_int("warmup", warmup)
+    check_int("steps", steps, 1), check_int("tgt_len", tgt_len, 1)
+    check_int("eval_every", eval_every), check_int("warmup", 0 if warmup is None else warmup)
     for name, value in [("lr", lr), ("clip", clip)]:
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not 0 < value < math.inf
-        ):
-            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    if eval_every and not callable(evaluator):
-        raise ValueError(
-            f"eval_every={eval_every} needs an evaluator, a callable (model, step) -> float, "
-            f"got {evaluator!r}"
-        )
-    if evaluator is not None and not eval_every:
-        raise ValueError("an evaluator needs eval_every >= 1, the steps between its calls, got 0")
+        check_number(name, value, math.ulp(0), sys.float_info.max, "a finite number > 0")
+    if bool(eval_every) != (evaluator is not None) or not (
+        evaluator is None or callable(evaluator)
+    ):
+        raise ValueError("eval_every >= 1 and an evaluator, a callable (model, step), go together")
 
 # %% ../notebooks/00b_training.ipynb #c152a
 def check_same_shape(inputs, targets):
     """`evaluate` scores targets[b, s] as the prediction after inputs[b, :s + 1]: both (B, S), one
     shape."""
-    if (
-        not isinstance(inputs, torch.Tensor)
-        or not isinstance(targets, torch.Tensor)
-        or inputs.shape != targets.shape
-    ):
-        raise ValueError(
-            f"inputs and targets must be tensors of one shape (B, S), got "
-            f"{getattr(inputs, 'shape', inputs)} and {getattr(targets, 'shape', targets)}"
-        )
+    check_type("inputs", inputs, torch.Tensor, "a (B, S) tensor")
+    check_shape(targets, tuple(inputs.shape), "targets (the shape of inputs)")
 
 
 def check_scored(targets: torch.Tensor):
@@ -69,9 +51,8 @@ def check_finite(name: str, value: torch.Tensor, step: int):
     reaches the weights."""
     if not bool(torch.isfinite(value)):
         raise FloatingPointError(
-            f"the training {name} became {value.item()} at step {step}: training stops before "
-            f"this step changes the weights (they are those of step {step - 1}); lower the "
-            f"learning rate or check the data"
+            f"the training {name} is {value.item()} at step {step}: stopped "
+            f"with the weights of step {step - 1}; lower the learning rate"
         )
 
 # %% ../notebooks/00b_training.ipynb #c008
@@ -98,10 +79,7 @@ def scored_segments(documents, tgt_len: int):
     for inputs, targets, first in document_segments(documents, tgt_len):
         if first:
             if not scored:
-                raise ValueError(
-                    f"document {index} (counting from 0) has no scored target (all "
-                    f"IGNORE): nothing to train on"
-                )
+                raise ValueError(f"document {index} (from 0) has no scored target: all IGNORE")
             index, scored = index + 1, False
         scored = scored or bool((targets != IGNORE).any())
         yield inputs, targets, first
@@ -210,11 +188,7 @@ class Evaluation:
     @property
     def accuracy(self) -> float:
         if self.predicted is None:
-            raise ValueError(
-                "no predictions to score: this model returns no logits with targets "
-                "(adaptive softmax, "
-                "chapter 09); use bits_per_token, or its log-probabilities without targets"
-            )
+            raise ValueError("no predictions (an adaptive softmax's): use bits_per_token")
         scored = self.targets != IGNORE
         return (self.predicted == self.targets)[scored].float().mean().item()
 

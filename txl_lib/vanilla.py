@@ -14,11 +14,11 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from safetensors.torch import load as safetensors_load
 
 from .data import LMOutput, batchify, token_loss, mean_loss
 from .training import evaluate
 from .utils import Linear, check_int, read_listed
+from .serialization import read_listed_tensors
 
 # %% ../notebooks/01_context_fragmentation.ipynb #c005
 def sinusoid_encoding(positions: torch.Tensor, d_model: int) -> torch.Tensor:
@@ -124,12 +124,8 @@ def load_vanilla_reference(folder, vocab) -> tuple[list, dict]:
     folder = Path(folder)
     log = json.loads(read_listed(folder, "training_log.json"))  # chapter 00: its sha256 checked
     if log["vocab"] != "".join(vocab.itos):
-        raise ValueError(
-            f"the models in {folder} were trained on another vocabulary "
-            f"({len(log['vocab'])} characters, "
-            f"this corpus has {len(vocab)}): remake them with `make reference`"
-        )
-    weights, models = safetensors_load(read_listed(folder, "models.safetensors")), []
+        raise ValueError(f"the models in {folder} have another vocabulary: make reference")
+    weights, models = read_listed_tensors(folder, "models.safetensors"), []
     for seed in log["seeds"]:
         model = VanillaTransformerLM(len(vocab), **log["config"])
         prefix = f"seed {seed}/"

@@ -5,8 +5,7 @@ alternatives, trained side by side."""
 
 # %% auto #0
 __all__ = ['fit_table', 'UnprojectedAttention', 'LearnedRelativeAttention', 'sinusoid_inputs', 'learned_inputs',
-           'AbsoluteAttention', 'check_variant_config', 'VariantConfig', 'config_of_type', 'position_tables',
-           'VariantPositions', 'PositionVariantLM', 'check_variant_inputs']
+           'AbsoluteAttention', 'VariantConfig', 'config_of_type', 'position_tables', 'PositionVariantLM']
 
 # %% ../notebooks/08_attention_variants.ipynb #c001
 import math
@@ -16,13 +15,14 @@ import torch
 import torch.nn as nn
 from einops import rearrange
 
+from torch.utils.checkpoint import checkpoint
+
 from .data import LMOutput, token_loss, mean_loss
-from .memory import update_memory, run_layers
+from .memory import update_memory
 from .positions import relative_positions
 from .attention import RelativeMultiHeadAttention, attention_mask, content_score, rel_shift
+from .utils import check_choice
 from .model import TXLConfig, DecoderLayer, PretrainedModel, init_weights
-from .checks import check_token_ids, check_targets, check_mems, check_config
-from .checks import check_model_config, check_checkpoint_flag
 
 # %% ../notebooks/08_attention_variants.ipynb #c005
 def fit_table(table: torch.Tensor, K: int) -> torch.Tensor:
@@ -91,21 +91,6 @@ class AbsoluteAttention(UnprojectedAttention):
         return self.attend(x, score, val, mask)
 
 # %% ../notebooks/08_attention_variants.ipynb #c125
-def check_variant_config(config: TXLConfig):
-    "Chapter 06's checks, then attn_type 1, 2 or 3, and type 3's rows as wide as the model."
-    check_config(config)
-    if type(config.attn_type) is not int or config.attn_type not in (1, 2, 3):
-        raise ValueError(
-            f"attn_type must be 1, 2 or 3 in a VariantConfig (the original's type 0 is the paper's "
-            f"model, TXLConfig), got {config.attn_type!r}"
-        )
-    if config.attn_type == 3 and config.n_head * config.d_head != config.d_model:
-        raise ValueError(
-            f"attn_type=3 adds rows of n_head*d_head = {config.n_head * config.d_head} "
-            f"to inputs of width d_model = {config.d_model}: they must be equal"
-        )
-
-
 @dataclass(frozen=True)
 class VariantConfig(TXLConfig):
     """TXLConfig with the original's `attn_type` switch, for its types 1-3
@@ -115,7 +100,13 @@ class VariantConfig(TXLConfig):
     attn_type: int = 1
 
     def __post_init__(self):
-        check_variant_config(self)
+        "TXLConfig's checks, then attn_type 1, 2 or 3, and type 3's rows as wide as the model."
+        super().__post_init__()
+        check_choice(
+            "attn_type of a VariantConfig (type 0 is TXLConfig)", self.attn_type, (1, 2, 3)
+        )
+        if self.attn_type == 3 and self.n_head * self.d_head != self.d_model:
+            raise ValueError("attn_type=3 adds rows of n_head*d_head to inputs: it must be d_model")
 
 
 def config_of_type(attn_type: int = 0, **fields) -> TXLConfig:
@@ -138,90 +129,54 @@ def position_tables(c: VariantConfig) -> dict:
         )
     return dict(r_emb=normal(*shape)) if c.attn_type == 3 else {}
 
-# %% ../notebooks/08_attention_variants.ipynb #c027
-class VariantPositions(PretrainedModel):
-    """Types 1-3's positions: the original's tables (`position_tables`) and where each type puts
-    them."""
-
-    def __init__(self, config: VariantConfig):
-        super().__init__()
-        self.config, tables = config, position_tables(config)
-        self.drop = nn.Dropout(config.dropout)
-        for name, table in tables.items():
-            self.register_parameter(name, nn.Parameter(table))
-
-    def layer_inputs(self, i: int, x, mem):
-        """Layer i's input x (B,T,E) and memory (B,M,E) or None, with type 2's or 3's positions;
-        embedding dropout at 0."""
-        if self.config.attn_type == 2:
-            return sinusoid_inputs(x, mem, self.config.clamp_len, self.drop) if i == 0 else (x, mem)
-        x = self.drop(x) if i == 0 else x
-        return learned_inputs(x, mem, self.r_emb[i]) if self.config.attn_type == 3 else (x, mem)
-
-    def relative_args(self, i: int):
-        """Type 1's (r_emb, u, r_bias) of layer i, only their last clamp_len rows if clamp_len > 0;
-        Nones for 2 and 3."""
-        if self.config.attn_type != 1:
-            return None, None, None
-        first = -self.config.clamp_len if self.config.clamp_len > 0 else 0
-        return self.r_emb[i][first:], self.u[i], self.r_bias[i][first:]
-
 # %% ../notebooks/08_attention_variants.ipynb #c008
-class PositionVariantLM(VariantPositions):
+class PositionVariantLM(PretrainedModel):
     "Transformer-XL with the original's attention type 1, 2 or 3 (type 0 is `TransformerXL`)."
 
     config_class = VariantConfig
-    checkpoint_activations = False  # as TransformerXL's (chapter 06)
 
     def __init__(self, config: VariantConfig):
-        check_model_config(self, config)
         super().__init__(config)
         c = config
+        for name, table in position_tables(c).items():  # drawn first, as in the original
+            self.register_parameter(name, nn.Parameter(table))
+        self.drop = nn.Dropout(c.dropout)
         attention = LearnedRelativeAttention if c.attn_type == 1 else AbsoluteAttention
         self.word_emb = nn.Embedding(c.n_token, c.d_model)
         self.head = nn.Linear(c.d_model, c.n_token)
-        self.layers = nn.ModuleList(
-            DecoderLayer(
-                c, attention(c.d_model, c.n_head, c.d_head, c.dropout, c.dropatt, c.pre_lnorm)
-            )
-            for _ in range(c.n_layer)
-        )
+        shape = (c.d_model, c.n_head, c.d_head, c.dropout, c.dropatt, c.pre_lnorm)
+        self.layers = nn.ModuleList(DecoderLayer(c, attention(*shape)) for _ in range(c.n_layer))
         if c.tie_weight:
             self.head.weight = self.word_emb.weight
         init_weights(self, c.init_std)  # Linear, Embedding, LayerNorm; the tables keep theirs
 
     def forward(self, input_ids, mems: list | None = None, targets=None, cache=None) -> LMOutput:
         "input_ids (B, T), mems None or one (B, M, E) per layer -> LMOutput (chapter 00a)."
-        c = self.config
-        B, T = check_variant_inputs(self, input_ids, mems, targets, cache)
-        M = 0 if mems is None else mems[0].size(1)
+        B, T = self.check_call(input_ids, mems, targets, cache)
+        c, M = self.config, 0 if mems is None else mems[0].size(1)
         mask = attention_mask(T, M, c.same_length, c.mem_len, input_ids.device)
-
-        def layer_inputs(i, x, mem):  # the original caches x with its positions
-            x, mem = self.layer_inputs(i, x, mem)
-            return x, *self.relative_args(i), mask, mem
-
-        x = self.word_emb(input_ids) * math.sqrt(c.d_model)
-        x, hiddens = run_layers(self, x, mems, layer_inputs)
+        recompute = self.checkpoint_activations and torch.is_grad_enabled()
+        x, hiddens = self.word_emb(input_ids) * math.sqrt(c.d_model), []
+        for i, layer in enumerate(self.layers):  # the original caches x with its positions
+            x, mem = self.layer_inputs(i, x, None if mems is None else mems[i])
+            hiddens.append(x)
+            inputs = (x, *self.relative_args(i), mask, mem)
+            x = checkpoint(layer, *inputs, use_reentrant=False) if recompute else layer(*inputs)
         logits = self.head(self.drop(x))
         loss = None if targets is None else token_loss(logits, targets)  # (B, T)
         mean = None if targets is None else mean_loss(loss, targets)
         return LMOutput(logits, loss, update_memory(mems, hiddens, c.mem_len), hiddens, mean)
 
-# %% ../notebooks/08_attention_variants.ipynb #c144
-def check_variant_inputs(
-    model: PositionVariantLM, input_ids, mems, targets, cache
-) -> tuple[int, int]:
-    """(B, T) of `input_ids`, after chapter 06's checks of the ids, memories and targets; no
-    InferenceCache."""
-    c = model.config
-    if cache is not None:
-        raise ValueError(
-            f"attn_type={c.attn_type} takes no InferenceCache (only attention type 0 does): "
-            f"pass cache=None"
-        )
-    check_checkpoint_flag(model)
-    B, T = check_token_ids("input_ids", input_ids, c.n_token).shape
-    check_mems(mems, c, B, model.word_emb.weight)
-    check_targets(targets, c.n_token, (B, T))
-    return B, T
+    def layer_inputs(self, i: int, x, mem):
+        "Layer i's input x (B,T,E) and memory (B,M,E) or None, with type 2's or 3's positions."
+        if self.config.attn_type == 2:
+            return sinusoid_inputs(x, mem, self.config.clamp_len, self.drop) if i == 0 else (x, mem)
+        x = self.drop(x) if i == 0 else x
+        return learned_inputs(x, mem, self.r_emb[i]) if self.config.attn_type == 3 else (x, mem)
+
+    def relative_args(self, i: int):
+        "Type 1's (r_emb, u, r_bias) of layer i (their last clamp_len rows if clamp_len > 0)."
+        if self.config.attn_type != 1:
+            return None, None, None
+        first = -self.config.clamp_len if self.config.clamp_len > 0 else 0
+        return self.r_emb[i][first:], self.u[i], self.r_bias[i][first:]
