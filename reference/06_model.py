@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import save_file
 
 from txl_lib.data import corpus_streams, sort_task
-from txl_lib.model import TXLConfig, TransformerXL, generate
+from txl_lib.model import TXLConfig, TransformerXL
 from txl_lib.training import evaluate, stream_documents, train
 from txl_lib.utils import seed_everything, write_manifest
 from txl_lib.vanilla import VanillaTransformerLM
@@ -38,7 +38,7 @@ def sort_accuracy(model, n_digits: int) -> float:
     "Digits right when the model generates the sorted half greedily, on 1,000 held-out examples (seed 1)."
     test = sort_task(1000, n_digits, generator=seed_everything(1))
     answer = test.targets[:, n_digits - 1:]
-    generated = generate(model, test.inputs[:, :n_digits], n_digits, temperature=0)[:, n_digits:]
+    generated = model.generate(test.inputs[:, :n_digits], n_digits, temperature=0)[:, n_digits:]
     return (generated == answer).float().mean().item()
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import torch
 
 from txl_lib.bench import bench_model, format_step_changes, step_changes
-from txl_lib.model import generate
 from txl_lib.utils import write_atomically, write_manifest
 
 OUT = Path(__file__).with_suffix("")                 # reference/07_speed_benchmark/
@@ -23,7 +22,7 @@ OUT = Path(__file__).with_suffix("")                 # reference/07_speed_benchm
 def same_tokens(model) -> bool:
     "Greedy generation through the cache against uncached one-token calls, on the model's device."
     prompt = torch.randint(256, (2, 300), generator=torch.Generator().manual_seed(0)).cuda()
-    cached = generate(model, prompt, 40, temperature=0)
+    cached = model.generate(prompt, 40, temperature=0)
     out, tokens = model(prompt), [prompt]
     for _ in range(40):
         tokens.append(out.logits[:, -1].argmax(-1, keepdim=True))

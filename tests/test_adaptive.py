@@ -21,7 +21,8 @@ from txl_lib.adaptive import (
     adaptive_config_from_hf as config_from_hf,
 )  # the ports here are adaptive
 from txl_lib.data import IGNORE
-from txl_lib.model import TXLConfig, TransformerXL, generate, save_checkpoint
+from txl_lib.model import TXLConfig, TransformerXL
+from txl_lib.serialization import save_checkpoint
 from txl_lib.training import evaluate
 
 warnings.filterwarnings("ignore", message="IProgress not found")
@@ -292,7 +293,7 @@ def test_bfloat16_autocast_is_close_to_float32():
 def test_greedy_generation_picks_the_argmax_of_a_full_forward():
     model = adaptive_model(1)
     prompt = torch.randint(V, (2, 4))
-    out = generate(model, prompt, 6, temperature=0)
+    out = model.generate(prompt, 6, temperature=0)
     with torch.no_grad():
         log_p = model(out[:, :-1]).logits
     torch.testing.assert_close(log_p.exp().sum(-1), torch.ones(2, 9))

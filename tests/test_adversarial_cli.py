@@ -23,7 +23,8 @@ from txl_lib import from_pretrained
 from txl_lib.cli import parse_args, run_lock, train_command
 from txl_lib.corpora import load_splits
 from txl_lib.generate_cli import generate_command
-from txl_lib.model import TXLConfig, TransformerXL, content_sha256, save_checkpoint
+from txl_lib.model import TXLConfig, TransformerXL
+from txl_lib.serialization import content_sha256, save_checkpoint
 from txl_lib.data import LMOutput, token_loss
 from txl_lib.training import stream_documents, train
 from small_corpus import SMALL_CORPUS

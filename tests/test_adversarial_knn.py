@@ -10,7 +10,6 @@ import torch
 
 from txl_lib.knn import KNNConfig, KNNMemory, KNNTransformerXL
 from txl_lib.cache import InferenceCache
-from txl_lib.model import generate
 from txl_lib.training import evaluate
 
 # T = 6 > mem_len = 3: every call sends positions of its own segment into the store, the case that
@@ -141,7 +140,7 @@ def test_generate_in_the_middle_of_a_document_leaves_the_callers_memory_untouche
     expected, _ = read(knn, x)
     _, mems = read(knn, x[:, :12])
     before = frozen(mems.store)
-    generate(knn, tokens(5, seed=8, B=1), 7, temperature=0)
+    knn.generate(tokens(5, seed=8, B=1), 7, temperature=0)
     assert unchanged(mems.store, before)
     with torch.no_grad():
         for i, segment in enumerate(x[:, 12:].split(6, dim=1)):
@@ -154,7 +153,7 @@ def test_generate_with_the_cache_equals_greedy_steps_without_it(knn):
     """generate (an InferenceCache, and the store in the memory) against a plain loop of uncached
     calls."""
     prompt = tokens(5, seed=9, B=2)
-    ids = generate(knn, prompt, 9, temperature=0)
+    ids = knn.generate(prompt, 9, temperature=0)
     with torch.no_grad():
         out, expected = knn(prompt), [prompt]
         for _ in range(9):

@@ -7,18 +7,13 @@ import pytest
 import torch
 
 import txl_lib.model as model_module
-from txl_lib.model import (
-    TXLConfig,
-    TransformerXL,
-    generate,
-    load_checkpoint,
-    save_checkpoint,
-    content_sha256,
-)
+from txl_lib.model import TXLConfig, TransformerXL
+from txl_lib.serialization import save_checkpoint, content_sha256
+from loading import load_checkpoint
 from txl_lib.variants import VariantConfig
 from txl_lib.pretrained import build_model
 from txl_lib.cache import InferenceCache
-from txl_lib.checks import MIN_TEMPERATURE
+from txl_lib.model import MIN_TEMPERATURE
 
 CONFIG = dict(
     n_token=20, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, tgt_len=4, mem_len=4
@@ -159,7 +154,7 @@ def test_generate_with_a_nan_weight_is_a_clear_error(saved):
     with torch.no_grad():
         model.head.bias[3] = float("nan")
     with pytest.raises(ValueError, match="logits hold NaN or inf"):
-        generate(model, torch.zeros(1, 2, dtype=torch.long), 3)
+        model.generate(torch.zeros(1, 2, dtype=torch.long), 3)
 
 
 @pytest.mark.parametrize("temperature", [1e-300, 1e-5, math.inf, math.nan, -1.0])
@@ -168,15 +163,15 @@ def test_temperature_out_of_range_is_refused(saved, temperature):
     with pytest.raises(
         ValueError, match="temperature must be 0 .greedy. or a finite number >= 0.0001"
     ):
-        generate(model, torch.zeros(1, 2, dtype=torch.long), 3, temperature=temperature)
+        model.generate(torch.zeros(1, 2, dtype=torch.long), 3, temperature=temperature)
 
 
 def test_smallest_temperature_samples_the_greedy_tokens(saved):
     model, _ = saved
     prompt = torch.randint(20, (3, 4), generator=torch.Generator().manual_seed(1))
-    greedy = generate(model, prompt, 6, temperature=0)
-    cold = generate(
-        model, prompt, 6, temperature=MIN_TEMPERATURE, generator=torch.Generator().manual_seed(0)
+    greedy = model.generate(prompt, 6, temperature=0)
+    cold = model.generate(
+        prompt, 6, temperature=MIN_TEMPERATURE, generator=torch.Generator().manual_seed(0)
     )
     assert torch.equal(greedy, cold)
 
@@ -186,21 +181,21 @@ def test_meta_model_or_ids_are_a_clear_error(saved):
     with torch.device("meta"):
         skeleton = TransformerXL(TXLConfig(**CONFIG))
     with pytest.raises(ValueError, match="the model is on the meta device"):
-        generate(skeleton, torch.zeros(1, 2, dtype=torch.long), 3)
+        skeleton.generate(torch.zeros(1, 2, dtype=torch.long), 3)
     with pytest.raises(ValueError, match="prompt_ids is on the meta device"):
-        generate(model, torch.zeros(1, 2, dtype=torch.long, device="meta"), 3)
+        model.generate(torch.zeros(1, 2, dtype=torch.long, device="meta"), 3)
 
 
 def test_generate_restores_train_mode(saved):
     model, _ = saved
     model.train()
-    generate(model, torch.zeros(1, 2, dtype=torch.long), 2)
+    model.generate(torch.zeros(1, 2, dtype=torch.long), 2)
     assert model.training and all(m.training for m in model.modules())
     with pytest.raises(ValueError):
-        generate(model, torch.full((1, 2), 99), 2)
+        model.generate(torch.full((1, 2), 99), 2)
     assert model.training
     model.eval()
-    generate(model, torch.zeros(1, 2, dtype=torch.long), 2)
+    model.generate(torch.zeros(1, 2, dtype=torch.long), 2)
     assert not model.training
 
 
@@ -233,7 +228,7 @@ def test_generate_on_a_variant_matches_greedy_recomputation(attn_type):
             next_id = out.logits[:, -1].argmax(-1, keepdim=True)
             tokens = torch.cat([tokens, next_id], 1)
             out = model(next_id, mems=out.mems)
-    assert torch.equal(generate(model, prompt, 5, temperature=0), tokens)
+    assert torch.equal(model.generate(prompt, 5, temperature=0), tokens)
 
 
 @pytest.mark.parametrize("attn_type", [1, 2, 3])

@@ -13,8 +13,10 @@ from txl_lib.convert import from_original
 from txl_lib.data import IGNORE, CharVocab, batchify, load_corpus, recall_task
 from txl_lib.memory import update_memory
 from txl_lib.cache import InferenceCache
-from txl_lib.model import TXLConfig, TransformerXL, generate, load_checkpoint, save_checkpoint
-from txl_lib.model import content_sha256
+from txl_lib.model import TXLConfig, TransformerXL
+from txl_lib.serialization import save_checkpoint
+from loading import load_checkpoint
+from txl_lib.serialization import content_sha256
 from txl_lib.positions import relative_positions
 from txl_lib.knn import KNNConfig
 from txl_lib.lstm import LSTMConfig
@@ -179,24 +181,24 @@ CASES = [
     # generate
     (
         "negative temperature",
-        lambda e: generate(e.model, e.ids, 3, temperature=-1),
+        lambda e: e.model.generate(e.ids, 3, temperature=-1),
         ValueError,
         "temperature",
     ),
-    ("top_k 0", lambda e: generate(e.model, e.ids, 3, top_k=0), ValueError, "top_k"),
+    ("top_k 0", lambda e: e.model.generate(e.ids, 3, top_k=0), ValueError, "top_k"),
     (
         "top_k above vocabulary",
-        lambda e: generate(e.model, e.ids, 3, top_k=21),
+        lambda e: e.model.generate(e.ids, 3, top_k=21),
         ValueError,
         "n_token=20",
     ),
     (
         "negative max_new_tokens",
-        lambda e: generate(e.model, e.ids, -1),
+        lambda e: e.model.generate(e.ids, -1),
         ValueError,
         "max_new_tokens",
     ),
-    ("float prompt", lambda e: generate(e.model, e.ids.float(), 3), TypeError, "prompt_ids"),
+    ("float prompt", lambda e: e.model.generate(e.ids.float(), 3), TypeError, "prompt_ids"),
     # building blocks
     ("update_memory mem_len", lambda e: update_memory(e.mems, e.mems, -1), ValueError, "mem_len"),
     (
@@ -269,7 +271,7 @@ CASES = [
     ),
     (
         "generate with an int for a generator",
-        lambda e: generate(e.model, e.ids, 2, generator=42),
+        lambda e: e.model.generate(e.ids, 2, generator=42),
         TypeError,
         "generator must be None or a torch.Generator",
     ),

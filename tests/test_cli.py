@@ -20,7 +20,7 @@ from txl_lib.cli import build_config, local_streams, parse_args, stream_shares, 
 from txl_lib.corpora import load_splits
 from txl_lib.data import batchify
 from txl_lib.generate_cli import generate_command, parse_args as generate_args
-from txl_lib.model import save_checkpoint
+from txl_lib.serialization import save_checkpoint
 from small_corpus import SMALL_CORPUS
 
 SMALL = (

@@ -15,7 +15,8 @@ from txl_lib import TXLConfig, TransformerXL, from_pretrained
 from txl_lib.cli import train_command
 from txl_lib.data import IGNORE
 from txl_lib.generate_cli import generate_command, load_run
-from txl_lib.model import load_checkpoint, save_checkpoint
+from txl_lib.serialization import save_checkpoint
+from loading import load_checkpoint
 from txl_lib.training import evaluate
 from small_corpus import SMALL_CORPUS
 

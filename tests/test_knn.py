@@ -21,7 +21,9 @@ from txl_lib.knn import (
     mixed_recall,
     recall_config,
 )
-from txl_lib.model import TXLConfig, TransformerXL, save_checkpoint, load_checkpoint
+from txl_lib.model import TXLConfig, TransformerXL
+from txl_lib.serialization import save_checkpoint
+from loading import load_checkpoint
 from txl_lib.training import train
 from txl_lib.utils import seed_everything, write_manifest
 

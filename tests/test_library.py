@@ -17,12 +17,10 @@ from txl_lib import (
     KNNConfig,
     build_model,
     from_pretrained,
-    save_pretrained,
-    generate,
-    save_checkpoint,
     from_hf,
     config_from_dict,
 )
+from txl_lib.serialization import save_checkpoint
 from txl_lib.model import TransformerXL
 from txl_lib.variants import PositionVariantLM
 from txl_lib.adaptive import AdaptiveTransformerXL
@@ -113,7 +111,7 @@ def test_save_and_load_are_exact_for_every_kind(kind, tmp_path):
 
 def test_config_json_is_plain_json_of_the_config(tmp_path):
     model = kind_model("adaptive")
-    stored = json.loads((save_pretrained(model, tmp_path) / "config.json").read_text())
+    stored = json.loads((model.save_pretrained(tmp_path) / "config.json").read_text())
     assert stored.pop("model_type") == "txl_lib" and stored.pop("config_class") == "AdaptiveConfig"
     assert AdaptiveConfig(**stored) == model.config
 
@@ -139,7 +137,7 @@ def test_config_dicts_of_earlier_versions_are_read_as_the_config_they_describe(k
 
 def test_tied_weights_are_stored_once(tmp_path):
     model = kind_model("xl")
-    stored = load_file(save_pretrained(model, tmp_path) / "model.safetensors")
+    stored = load_file(model.save_pretrained(tmp_path) / "model.safetensors")
     assert len(stored) == len(model.state_dict()) - 1  # head.weight is word_emb.weight
 
 
@@ -151,7 +149,7 @@ def test_generate_with_every_kind_equals_decoding_with_the_memory_alone(kind):
         for _ in range(12):
             tokens.append(out.logits[:, -1].argmax(-1, keepdim=True))
             out = model(tokens[-1], mems=out.mems)
-    assert torch.equal(generate(model, prompt, 12, temperature=0), torch.cat(tokens, 1))
+    assert torch.equal(model.generate(prompt, 12, temperature=0), torch.cat(tokens, 1))
 
 
 @pytest.mark.parametrize("kind", ["type1", "knn", "adaptive"])
@@ -168,7 +166,7 @@ def refused(call, match):
 
 
 def test_a_flipped_byte_is_refused(tmp_path):
-    folder = save_pretrained(kind_model("xl"), tmp_path)
+    folder = kind_model("xl").save_pretrained(tmp_path)
     data = bytearray((folder / "model.safetensors").read_bytes())
     data[-3] ^= 0x40
     (folder / "model.safetensors").write_bytes(bytes(data))
@@ -176,7 +174,7 @@ def test_a_flipped_byte_is_refused(tmp_path):
 
 
 def test_a_truncated_weights_file_is_refused_naming_it(tmp_path):
-    folder = save_pretrained(kind_model("xl"), tmp_path)
+    folder = kind_model("xl").save_pretrained(tmp_path)
     data = (folder / "model.safetensors").read_bytes()
     (folder / "model.safetensors").write_bytes(data[: len(data) // 3])
     refused(lambda: from_pretrained(folder), "model.safetensors is not a readable safetensors file")
@@ -194,13 +192,13 @@ def test_a_truncated_weights_file_is_refused_naming_it(tmp_path):
     ],
 )
 def test_a_bad_or_mismatched_config_json_is_refused(tmp_path, text, match):
-    folder = save_pretrained(kind_model("xl"), tmp_path)
+    folder = kind_model("xl").save_pretrained(tmp_path)
     (folder / "config.json").write_text(text)
     refused(lambda: from_pretrained(folder), match)
 
 
 def test_an_implausible_stored_config_allocates_nothing(tmp_path):
-    folder = save_pretrained(kind_model("xl"), tmp_path)
+    folder = kind_model("xl").save_pretrained(tmp_path)
     weights = load_file(folder / "model.safetensors")
     from safetensors import safe_open
 
@@ -220,7 +218,7 @@ def test_an_implausible_stored_config_allocates_nothing(tmp_path):
 
 
 def test_a_crash_while_saving_leaves_the_old_files_and_no_temporary(tmp_path, monkeypatch):
-    folder = save_pretrained(kind_model("xl", seed=0), tmp_path)
+    folder = kind_model("xl", seed=0).save_pretrained(tmp_path)
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
 
     def crash(source, target):
@@ -228,14 +226,14 @@ def test_a_crash_while_saving_leaves_the_old_files_and_no_temporary(tmp_path, mo
 
     monkeypatch.setattr(txl_lib.utils.os, "replace", crash)  # the one writer's rename (chapter 00)
     with pytest.raises(OSError, match="the disk is full"):
-        save_pretrained(kind_model("xl", seed=1), folder)
+        kind_model("xl", seed=1).save_pretrained(folder)
     monkeypatch.undo()
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
 
 
 def test_save_pretrained_refuses_what_is_not_our_model(tmp_path):
     with pytest.raises(TypeError, match="txl_lib language model"):
-        save_pretrained(torch.nn.Linear(2, 2), tmp_path)
+        torch.nn.Linear(2, 2).save_pretrained(tmp_path)
     assert not any(tmp_path.iterdir())
 
 
@@ -386,7 +384,7 @@ def test_save_pretrained_is_byte_reproducible(tmp_path):
     to the same bytes."""
     model = kind_model("xl", seed=0)
     saved = {
-        save_pretrained(model, tmp_path / str(i)).joinpath("model.safetensors").read_bytes()
+        model.save_pretrained(tmp_path / str(i)).joinpath("model.safetensors").read_bytes()
         for i in range(6)
     }
     assert len(saved) == 1
@@ -405,7 +403,7 @@ def test_a_folder_being_saved_over_is_read_whole_or_not_at_all(tmp_path):
         "while True:\n    model.u.data.add_(1.0)\n    model.save_pretrained(sys.argv[1])\n"
     )
     folder = tmp_path / "busy"
-    save_pretrained(TransformerXL(TXLConfig.tiny(n_token=20)), folder)
+    TransformerXL(TXLConfig.tiny(n_token=20)).save_pretrained(folder)
     saving = subprocess.Popen([sys.executable, "-c", writer, str(folder)])
     try:
         for _ in range(300):
@@ -516,11 +514,11 @@ CLASS_CONFIGS = {  # one small config per model class of the series
 
 @pytest.mark.parametrize("kind", CLASS_CONFIGS)
 def test_every_model_class_has_save_pretrained_and_generate_methods(kind, tmp_path):
-    "model.generate(...) is generate(model, ...); model.save_pretrained(folder) reloads equal."
+    "model.generate(...) is model.generate(...); model.save_pretrained(folder) reloads equal."
     model = build_model(CLASS_CONFIGS[kind])
     prompt = torch.randint(30, (2, 5), generator=torch.Generator().manual_seed(0))
     by_method = model.generate(prompt, 4, top_k=5, generator=torch.Generator().manual_seed(1))
-    by_function = generate(model, prompt, 4, top_k=5, generator=torch.Generator().manual_seed(1))
+    by_function = model.generate(prompt, 4, top_k=5, generator=torch.Generator().manual_seed(1))
     assert by_method.shape == (2, 9) and torch.equal(by_method, by_function)
     loaded = from_pretrained(model.save_pretrained(tmp_path / kind))
     assert type(loaded) is type(model)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from txl_lib import LSTMConfig, LSTMLM, build_model, evaluate, from_pretrained, generate
+from txl_lib import LSTMConfig, LSTMLM, build_model, evaluate, from_pretrained
 from txl_lib.utils import seed_everything
 
 
@@ -75,7 +75,7 @@ def test_greedy_generation_with_the_state_equals_recomputing_the_prefix():
     with torch.no_grad():
         for _ in range(12):
             ids = torch.cat([ids, model(ids).logits[:, -1:].argmax(-1)], 1)
-    assert torch.equal(generate(model, prompt, 12, temperature=0), ids)
+    assert torch.equal(model.generate(prompt, 12, temperature=0), ids)
 
 
 def test_save_and_load_give_back_the_same_model(tmp_path):

@@ -8,9 +8,11 @@ import torch
 import torch.nn.functional as F
 
 from txl_lib.convert import from_hf, from_original
-from txl_lib.model import TXLConfig, TransformerXL, generate, load_checkpoint, save_checkpoint
+from txl_lib.model import TXLConfig, TransformerXL
+from txl_lib.serialization import save_checkpoint
+from loading import load_checkpoint
 from txl_lib import build_model, AdaptiveConfig, KNNConfig, VariantConfig
-from txl_lib import from_pretrained, save_pretrained
+from txl_lib import from_pretrained
 from txl_lib.data import IGNORE, mean_loss, token_loss
 from txl_lib.training import evaluate, with_config
 from txl_lib.vanilla import VanillaTransformerLM
@@ -176,7 +178,7 @@ def test_generate_with_memory_equals_recomputing_the_prefix():
     torch.manual_seed(0)
     model = TransformerXL(TXLConfig(n_token=30, d_model=16, n_head=2, d_head=8, mem_len=64)).eval()
     prompt = torch.randint(30, (3, 5))
-    fast = generate(model, prompt, 10, temperature=0)
+    fast = model.generate(prompt, 10, temperature=0)
     slow = prompt
     with torch.no_grad():
         for _ in range(10):
@@ -363,7 +365,7 @@ def test_a_port_with_another_layer_norm_epsilon_is_refused():
 def test_loading_a_model_draws_none_of_the_callers_random_numbers(kind, tmp_path):
     "The random initialisation a load overwrites runs on a forked generator."
     model = TransformerXL(TXLConfig.tiny(n_token=20))
-    save_pretrained(model, tmp_path / "folder")
+    model.save_pretrained(tmp_path / "folder")
     save_checkpoint(tmp_path / "checkpoint.pt", model, step=1)
     torch.manual_seed(5)
     expected = torch.rand(3)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from txl_lib.cache import InferenceCache
-from txl_lib.model import TXLConfig, TransformerXL, generate
+from txl_lib.model import TXLConfig, TransformerXL
 
 TOLERANCE = 0.05  # max |log-probability difference| to float32, bfloat16 having 8 bits of mantissa
 
@@ -55,5 +55,5 @@ def test_a_bfloat16_model_generates():
     model = TransformerXL(TXLConfig(n_token=40, d_model=32, n_head=4, d_head=8, mem_len=8)).to(
         torch.bfloat16
     )
-    out = generate(model, torch.randint(40, (2, 3)), 10, temperature=0)
+    out = model.generate(torch.randint(40, (2, 3)), 10, temperature=0)
     assert out.shape == (2, 13) and ((out >= 0) & (out < 40)).all()

@@ -459,6 +459,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'txl_lib.utils.read_listed': ('utils.html#read_listed', 'txl_lib/utils.py'),
                                'txl_lib.utils.report_run': ('utils.html#report_run', 'txl_lib/utils.py'),
                                'txl_lib.utils.seed_everything': ('utils.html#seed_everything', 'txl_lib/utils.py'),
+                               'txl_lib.utils.shape_entry': ('utils.html#shape_entry', 'txl_lib/utils.py'),
                                'txl_lib.utils.show_heatmap': ('utils.html#show_heatmap', 'txl_lib/utils.py'),
                                'txl_lib.utils.t_quantile': ('utils.html#t_quantile', 'txl_lib/utils.py'),
                                'txl_lib.utils.timing_table': ('utils.html#timing_table', 'txl_lib/utils.py'),

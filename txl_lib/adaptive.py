@@ -142,8 +142,8 @@ class AdaptiveConfig(TXLConfig):
         super().__post_init__()
         check_int("div_val", self.div_val, 1), check_int("d_embed", self.embed_width, 1)
         bounds = (0, *self.cutoffs, self.n_token)
-        for low, high in zip(bounds, bounds[1:]):
-            check_int(f"cutoffs {self.cutoffs}: each bound", high, low + 1, self.n_token)
+        if not all(type(b) is int and a < b for a, b in zip(bounds, bounds[1:])):
+            raise ValueError(f"cutoffs must be increasing ints in (0, n_token), got {self.cutoffs}")
         if self.embed_width // self.div_val ** len(self.cutoffs) < 1:
             raise ValueError("d_embed // div_val**len(cutoffs) leaves the last cluster no width")
         if self.tie_projs and [type(t) for t in self.tie_projs] != [bool] * len(bounds[1:]):
@@ -270,12 +270,12 @@ def from_state_dict(
     state_dict: dict, config: TXLConfig, source: str = "original", path=None
 ) -> TransformerXL:
     """The model of `config`, in eval mode, holding an original (or HuggingFace) `state_dict`,
-    adaptive or not (chapter 00c's `build_loaded`: a misfit is an error, naming `path` if given,
+    adaptive or not (`build_loaded`: a misfit is an error, naming `path` if given,
     and allocates nothing)."""
     check_state_dict(state_dict, config, source)
     if isinstance(config, AdaptiveConfig):
         weights = rename_adaptive(state_dict, source)
-    else:  # chapter 06a's names; the port only adds the prefix
+    else:  # txl_lib.convert's names; the port only adds the prefix
         weights = rename_original(
             {k.removeprefix("transformer."): v for k, v in state_dict.items()}
         )
@@ -285,7 +285,7 @@ def from_state_dict(
 # %% ../notebooks/09_adaptive_softmax.ipynb #c022
 def adaptive_config_from_hf(hf_config) -> AdaptiveConfig:
     """Our AdaptiveConfig for an adaptive HuggingFace `TransfoXLConfig` or its `config.json` dict
-    (chapter 06a's fields too)."""
+    (txl_lib.convert fields too)."""
     c = dict(hf_config) if isinstance(hf_config, dict) else hf_config.to_dict()
     return AdaptiveConfig(
         **hf_base_fields(c),
@@ -328,5 +328,5 @@ class WordVocab:
         "The words of a 1-D sequence of ids in [0, len(vocab)), separated by spaces."
         ids = torch.as_tensor(ids).tolist()
         if not isinstance(ids, list) or not all(type(i) is int and 0 <= i < len(self) for i in ids):
-            raise ValueError(f"ids must be a 1-D sequence of ids in [0, {len(self)}), got {ids}")
+            raise ValueError(f"ids must be 1-D, inside the vocabulary [0, {len(self)}), got {ids}")
         return " ".join(self.itos[i] for i in ids)

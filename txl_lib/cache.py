@@ -80,7 +80,7 @@ class LayerCache:
 # %% ../notebooks/06b_inference_cache.ipynb #c009a
 def sees_every_key(config, T: int, M: int) -> bool:
     """Whether a call of T queries over a memory of M has one query that the attention mask of
-    `config` (chapter 05a) hides no key from: T = 1, and `same_length` hides none of M + 1 keys."""
+    `config` hides no key from: T = 1, and `same_length` hides none of M + 1 keys."""
     # same_length hides the keys j <= M - max(mem_len, 1) from the one query
     return T == 1 and not (config.same_length and M + 1 > max(config.mem_len, 1))
 
@@ -92,7 +92,9 @@ class InferenceCache:
         self.layers = [LayerCache() for _ in range(n_layer)]
         self.r: torch.Tensor | None = None  # R for the most keys so far; a call reads its last rows
         self.mems: list | None = None  # the mems the last call returned
-        self.one_query = one_query  # one-token calls scored without shift or mask (chapter 05a)
+        self.one_query = (
+            one_query  # one-token calls scored without shift or mask (txl_lib.attention)
+        )
 
     @property
     def length(self) -> int:

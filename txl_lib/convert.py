@@ -72,7 +72,7 @@ def from_original(state_dict: dict, config: TXLConfig) -> TransformerXL:
 # %% ../notebooks/06a_original_checkpoints.ipynb #c009
 def config_from_hf(hf_config) -> TXLConfig:
     """Our TXLConfig for a HuggingFace `TransfoXLConfig` or its `config.json` dict
-    (an adaptive one: chapter 09's reader)."""
+    (an adaptive one: txl_lib.adaptive's reader)."""
     c = dict(hf_config) if isinstance(hf_config, dict) else hf_config.to_dict()
     if is_adaptive_hf(c):
         raise ValueError("an adaptive HuggingFace config: load the model with txl_lib.from_hf")
@@ -80,7 +80,7 @@ def config_from_hf(hf_config) -> TXLConfig:
 
 
 def is_adaptive_hf(c: dict) -> bool:
-    "Does a HuggingFace TransfoXL config dict have clusters or a projected embedding (chapter 09)?"
+    "Does a HuggingFace TransfoXL config dict have clusters or a projected embedding (adaptive)?"
     return bool(c["cutoffs"]) or c["div_val"] != 1 or c["d_embed"] != c["d_model"]
 
 # %% ../notebooks/06a_original_checkpoints.ipynb #c009a
@@ -115,7 +115,7 @@ def hf_base_fields(c: dict) -> dict:
 # %% ../notebooks/06a_original_checkpoints.ipynb #c009b
 def from_hf(hf_model) -> TransformerXL:
     """Our model equal to a HuggingFace `TransfoXLLMHeadModel` (transformers 4.37.2); adaptive ones:
-    the top-level `txl_lib.from_hf` (chapter 12)."""
+    the top-level `txl_lib.from_hf` (txl_lib.pretrained)."""
     config = config_from_hf(hf_model.config)
     return from_original(
         {k.removeprefix("transformer."): v for k, v in hf_model.state_dict().items()}, config

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from .utils import check_int, check_shape, seed_everything, read_listed
+from .utils import check_int, check_shape, check_type, seed_everything, read_listed
 from .data import recall_task
 from .data import LMOutput
 from .serialization import build_loaded, read_listed_tensors
@@ -268,10 +268,13 @@ class KNNTransformerXL(TransformerXL):
             self.config,
             self.empty_store(B) if mems is None else getattr(mems, "store", None),
         )
-        if self.checkpoint_activations or not isinstance(store, KNNMemory):
+        if self.checkpoint_activations:
             raise ValueError(
-                "a KNNTransformerXL needs checkpoint_activations False, mems with its store"
+                "a KNNTransformerXL cannot recompute layers: its store changes in forward"
             )
+        check_type(
+            "mems' store", store, KNNMemory, "the KNN store an out.mems or init_mems carries"
+        )
         check_shape(store.keys, (B, c.n_head, c.knn_capacity, c.d_head), "mems' KNN store", self.u)
         M = 0 if mems is None else mems[0].size(1)
         self.knn_attention.store, self.knn_attention.evict = store, max(0, M + T - c.mem_len)
@@ -285,7 +288,7 @@ RECALL_RECIPE = dict(
 
 
 def recall_config(with_knn: bool) -> TXLConfig | KNNConfig:
-    """Chapter 10's recall models: tiny, T = mem_len = 8; with the KNN store in the top layer
+    """txl_lib.knn's recall models: tiny, T = mem_len = 8; with the KNN store in the top layer
     (512 pairs, top-4)."""
     extra = dict(knn_layer=1, knn_capacity=512, knn_top_k=4) if with_knn else {}
     # 25: 8 keys, 8 values, 8 fillers, QUERY
@@ -306,7 +309,7 @@ def load_recall_reference(folder) -> tuple[dict, dict]:
     """The recall models of a reference run (`folder`: models.safetensors, training_log.json, each
     verified against its manifest.json): {name: [model per seed]}, log."""
     folder = Path(folder)
-    log = json.loads(read_listed(folder, "training_log.json"))  # chapter 00: sha256 checked
+    log = json.loads(read_listed(folder, "training_log.json"))  # txl_lib.utils: sha256 checked
     weights, models = read_listed_tensors(folder, "models.safetensors"), {}
     for name, with_knn in RECALL_MODELS.items():
         config, build = recall_config(with_knn), KNNTransformerXL if with_knn else TransformerXL

@@ -15,14 +15,16 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from .utils import Linear, check_int, check_number, check_shape, check_type, machine_memory
+from .utils import MAX_INT, Linear, check_int, check_number, check_shape, check_type
+from .utils import machine_memory
 from .data import IGNORE, LMOutput, token_loss, mean_loss
+from .training import training_mode
 from .serialization import config_of_fields, load_saved, write_pretrained
 from .vanilla import feed_forward
 from .memory import update_memory, run_layers
 from .positions import relative_positions
 from .attention import RelativeMultiHeadAttention, attention_mask
-from .cache import InferenceCache  # chapter 06b: it needs nothing of this module
+from .cache import InferenceCache  # txl_lib.cache: it needs nothing of this module
 
 # %% ../notebooks/06_model.ipynb #c005
 @dataclass(frozen=True)
@@ -117,12 +119,16 @@ def init_weights(model: nn.Module, std: float):
 MIN_TEMPERATURE = 1e-4  # below it sampling is greedy in all but name
 
 
-def check_token_ids(name: str, ids, n_token: int, shape: tuple | None = None) -> torch.Tensor:
-    """Integer ids (B, T) in [0, n_token), or of `shape` with IGNORE allowed (targets); values are
-    read only on the CPU (elsewhere it would cost a device sync)."""
-    check_shape(ids, shape or (None, None), name)
-    if ids.dtype not in (torch.int64, torch.int32) or ids.numel() == 0:
-        raise TypeError(f"{name} must be non-empty torch.long or torch.int ids, got {ids.dtype}")
+def check_token_ids(name: str, ids, n_token: int, shape=None, like=None) -> torch.Tensor:
+    """Integer ids (B, T) in [0, n_token), or of `shape` with IGNORE allowed (targets), on `like`'s
+    device; values are read only on the CPU (elsewhere it would cost a device sync)."""
+    check_shape(ids, shape or (range(1, MAX_INT),) * 2, name)  # (B, T), neither 0
+    if like is not None and ids.device != like.device:  # the meta device too: no values
+        raise ValueError(f"{name} are on {ids.device}, the model on {like.device}")
+    if ids.dtype not in (torch.int64, torch.int32):
+        raise TypeError(
+            f"{name} must hold integer token ids (torch.long or torch.int), got {ids.dtype}"
+        )
     valid = (ids >= 0) & (ids < n_token) | ((ids == IGNORE) if shape else False)
     if ids.device.type == "cpu" and not valid.all():
         raise ValueError(f"{name} holds {ids[~valid][0]}, outside the vocabulary [0, {n_token})")
@@ -181,12 +187,12 @@ class PretrainedModel(nn.Module):
         return [like.new_zeros([0 if isinstance(n, range) else n for n in s]) for s in shapes]
 
     def check_call(self, input_ids, mems=None, targets=None, cache=None) -> tuple[int, int]:
-        """forward's arguments: ids (B, T), targets of their shape, mems as `memory_shapes` (one
-        shape in all), a cache only where `new_cache` makes one; -> (B, T)."""
-        B, T = check_token_ids("input_ids", input_ids, self.config.n_token).shape
+        "forward's arguments: ids, targets, mems (`memory_shapes`), a `new_cache()` -> (B, T)."
+        like = next(self.parameters())  # the weights' dtype and device
+        B, T = check_token_ids("input_ids", input_ids, self.config.n_token, like=like).shape
         if targets is not None:
-            check_token_ids("targets", targets, self.config.n_token, shape=(B, T))
-        check_mems(mems, self.memory_shapes(B), like=next(self.parameters()))
+            check_token_ids("targets", targets, self.config.n_token, (B, T), like)
+        check_mems(mems, self.memory_shapes(B), like)
         check_type("checkpoint_activations", self.checkpoint_activations, bool, "True or False")
         if cache is not None and not (hasattr(self, "new_cache") and type(cache) is InferenceCache):
             raise TypeError("cache must be None, or model.new_cache() where the model has one")
@@ -206,15 +212,11 @@ class PretrainedModel(nn.Module):
     def generate(
         self, prompt_ids, max_new_tokens: int, temperature=1.0, top_k=None, generator=None
     ):
-        """The prompt (B, P) continued by `max_new_tokens` tokens (`sample`), a tensor
-        (B, P + max_new_tokens); temperature 0 is greedy, top_k None or an int, generator None or a
-        torch.Generator."""
+        """The prompt (B, P) continued by `max_new_tokens` tokens (`sample`): (B, P + new);
+        temperature 0 is greedy, top_k None or an int, generator None or a torch.Generator."""
         check_sampling(self, prompt_ids, max_new_tokens, temperature, top_k, generator)
-        was_training = self.training
-        try:
-            return sample(self.eval(), prompt_ids, max_new_tokens, temperature, top_k, generator)
-        finally:
-            self.train(was_training)  # the caller's mode, even after an error
+        with training_mode(self, False):  # eval mode; then the caller's, even after an error
+            return sample(self, prompt_ids, max_new_tokens, temperature, top_k, generator)
 
 # %% ../notebooks/06_model.ipynb #c013
 class TransformerXL(PretrainedModel):
@@ -234,9 +236,9 @@ class TransformerXL(PretrainedModel):
         self.reset_parameters()
 
     def forward(self, input_ids, mems: list | None = None, targets=None, cache=None) -> LMOutput:
-        "input_ids (B, T), mems None or one (B, M, E) per layer -> LMOutput (chapter 00a)."
+        "input_ids (B, T), mems None or one (B, M, E) per layer -> LMOutput (txl_lib.data)."
         self.check_call(input_ids, mems, targets, cache)
-        if cache is not None:  # an inference cache runs the call (chapter 06b)
+        if cache is not None:  # an inference cache runs the call (txl_lib.cache)
             return cache.run(self, input_ids, mems, targets)
         (T, M), c = (input_ids.size(1), 0 if mems is None else mems[0].size(1)), self.config
         x = self.drop(self.embed(input_ids))  # (B, T, E)
@@ -274,7 +276,7 @@ class TransformerXL(PretrainedModel):
         nn.init.normal_(self.v, 0.0, self.config.init_std)
 
     def new_cache(self):
-        "An empty inference cache for this model (chapter 06b; `generate` makes one per call)."
+        "An empty inference cache for this model (txl_lib.cache; `generate` makes one per call)."
         return InferenceCache(len(self.layers))
 
 # %% ../notebooks/06_model.ipynb #c026
@@ -294,7 +296,7 @@ def check_sampling(model, prompt_ids, max_new_tokens, temperature, top_k, genera
 # %% ../notebooks/06_model.ipynb #c026a
 def sample(model, prompt_ids, max_new_tokens, temperature, top_k, generator) -> torch.Tensor:
     """generate's loop, on a model in eval mode; with the model's inference cache where it has one
-    (chapter 06b)."""
+    (txl_lib.cache)."""
     cache = model.new_cache() if hasattr(model, "new_cache") else None
     out, tokens = model(prompt_ids, cache=cache), [prompt_ids]
     for _ in range(max_new_tokens):

@@ -37,7 +37,7 @@ MODEL_OF_CONFIG = {
 
 
 def build_model(config: TXLConfig) -> nn.Module:
-    """The language model `config` describes: TransformerXL, the extension of chapter 08, 09 or 10,
+    """The language model `config` describes: TransformerXL, an extension (variants, adaptive, knn),
     or the LSTM (06c)."""
     if type(config) not in MODEL_OF_CONFIG:
         raise TypeError(
@@ -127,7 +127,7 @@ def check_config_json(file: Path) -> dict:
 
 # %% ../notebooks/12_using_the_library.ipynb #c222
 def read_hf_config(file: Path) -> TXLConfig:
-    """Our config for a HuggingFace TransfoXL config.json: an AdaptiveConfig, or chapter 06a's
+    """Our config for a HuggingFace TransfoXL config.json: an AdaptiveConfig, or txl_lib.convert's
     TXLConfig."""
     c = check_config_json(file)
     try:
@@ -138,7 +138,7 @@ def read_hf_config(file: Path) -> TXLConfig:
 # %% ../notebooks/12_using_the_library.ipynb #c104
 def read_foreign(path: Path, config: TXLConfig | None) -> TransformerXL:
     """A HuggingFace TransfoXL folder or an original state-dict file (which needs `config`), in eval
-    mode, through chapter 09's `from_state_dict`; an error names the file."""
+    mode, through txl_lib.adaptive's `from_state_dict`; an error names the file."""
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise FileNotFoundError(
@@ -157,7 +157,7 @@ def read_foreign(path: Path, config: TXLConfig | None) -> TransformerXL:
 # %% ../notebooks/12_using_the_library.ipynb #c124
 def from_hf(hf_model) -> nn.Module:
     """Our model equal to a HuggingFace `TransfoXLLMHeadModel` (transformers 4.37.2), adaptive ones
-    included (chapter 09)."""
+    included (txl_lib.adaptive)."""
     c = hf_model.config.to_dict()
     if is_adaptive_hf(c):
         return from_state_dict(hf_model.state_dict(), adaptive_config_from_hf(c), source="hf")

@@ -43,7 +43,7 @@ def read_results(path, fields: tuple = FIELDS) -> dict:
     """A reference run's results.json: its records, grouped {model: [record per seed]}, each with
     every field of `fields`."""
     path = Path(path)
-    data = json.loads(read_listed(path.parent, path.name))  # chapter 00: its sha256 checked
+    data = json.loads(read_listed(path.parent, path.name))  # txl_lib.utils: its sha256 checked
     runs = data.get("runs") if isinstance(data, dict) else None
     if not isinstance(runs, list) or not runs:
         raise ValueError(f"{path} must hold {{'runs': [...]}}, one record per trained model")
@@ -125,7 +125,7 @@ def counted_work(config: TXLConfig, L: int) -> dict:
     """Floating-point operations of the matrix products per predicted token at attention length `L`,
     counted, not timed: recomputing the L-token context for each prediction (the vanilla
     Transformer's evaluation), reading a segment of `config.tgt_len` with a memory of L that it
-    projects again (the original's evaluation), and with chapter 06b's inference cache."""
+    projects again (the original's evaluation), and with txl_lib.cache's inference cache."""
     T, model = config.tgt_len, TransformerXL(dataclasses.replace(config, mem_len=L)).eval()
     tokens = torch.zeros(1, L + T, dtype=torch.long)  # random weights, any tokens: the same work
     context, segment = tokens[:, :L], tokens[:, L:]

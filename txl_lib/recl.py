@@ -190,7 +190,9 @@ def losses_at_contexts(
     check_scoring_args(stream, contexts, n_tokens)
     check_int("tgt_len", tgt_len, 1)
     ends = range(max(contexts), max(contexts) + n_tokens)  # the scored positions
-    model = with_config(model, mem_len=mem_len)  # chapter 00b: the caller's model is not edited
+    model = with_config(
+        model, mem_len=mem_len
+    )  # txl_lib.training: the caller's model is not edited
     return torch.stack(
         [
             loss_of_last(model, torch.stack([stream[t - c : t + 1] for t in ends]), tgt_len)

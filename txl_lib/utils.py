@@ -6,7 +6,7 @@ later chapter leans on."""
 # %% auto #0
 __all__ = ['MANIFEST', 'HEADLINE', 'seed_everything', 'show_heatmap', 'progress', 'mean_spread', 't_quantile', 'Comparison',
            'compare', 'write_atomically', 'read_json', 'machine_memory', 'write_manifest', 'read_listed', 'Linear',
-           'cell_seconds', 'timing_table', 'headline', 'report_run']
+           'headline', 'report_run']
 
 # %% ../notebooks/00_utils.ipynb #c001
 import base64, errno, hashlib, json, math, os, random, secrets, sys
@@ -46,15 +46,20 @@ def check_shape(tensor, shape: tuple, name: str = "tensor", like=None) -> torch.
         raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
     fits = lambda a, e: e is None or (a in e if isinstance(e, range) else a == e)
     if tensor.dim() != len(shape) or not all(map(fits, tensor.shape, shape)):
-        shown = ", ".join(
-            "*" if e is None else f"<={e[-1]}" if isinstance(e, range) else str(e) for e in shape
-        )
+        shown = ", ".join(shape_entry(e) for e in shape)
         raise ValueError(f"{name} has shape {tuple(tensor.shape)}, expected ({shown})")
     if like is not None and (tensor.dtype, tensor.device) != (like.dtype, like.device):
         raise ValueError(
             f"{name} is {tensor.dtype} on {tensor.device}, expected {like.dtype} on {like.device}"
         )
     return tensor
+
+
+def shape_entry(e) -> str:
+    "How check_shape shows one expected size: 5, * (any), >=1, or 0..32."
+    if isinstance(e, range):
+        return f">={e.start}" if e.stop >= MAX_INT else f"{e.start}..{e.stop - 1}"
+    return "*" if e is None else str(e)
 
 # %% ../notebooks/00_utils.ipynb #c011
 MAX_INT = 2**31 - 1  # the largest size, length or count any check accepts
@@ -293,7 +298,7 @@ def read_listed(folder, name: str) -> bytes:
 # %% ../notebooks/00_utils.ipynb #c151
 class Linear(nn.Linear):
     """nn.Linear; without gradients, on the CPU, a product with at most `few_rows` rows is computed
-    as W·xᵀ over two blocks of W's rows, one batched product (chapter 07 measures both routes)."""
+    as W·xᵀ over two blocks of W's rows, one batched product (the benchmark measures both)."""
 
     few_rows = 8  # B·T of a one-token step with a batch of up to 8
 

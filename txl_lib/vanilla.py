@@ -39,7 +39,7 @@ def causal_mask(T: int, M: int = 0, device=None) -> torch.Tensor:
 # %% ../notebooks/01_context_fragmentation.ipynb #c011
 def feed_forward(d_model: int, d_inner: int, dropout: float) -> nn.Sequential:
     """The position-wise feed-forward block: Linear(E, F), ReLU, Dropout, Linear(F, E), Dropout
-    (chapter 00's `Linear`)."""
+    (txl_lib.utils `Linear`)."""
     return nn.Sequential(
         Linear(d_model, d_inner),
         nn.ReLU(inplace=True),
@@ -122,7 +122,7 @@ def load_vanilla_reference(folder, vocab) -> tuple[list, dict]:
     """The vanilla models of a reference run
     (`folder`: models.safetensors, one per seed; training_log.json), its log."""
     folder = Path(folder)
-    log = json.loads(read_listed(folder, "training_log.json"))  # chapter 00: its sha256 checked
+    log = json.loads(read_listed(folder, "training_log.json"))  # txl_lib.utils: its sha256 checked
     if log["vocab"] != "".join(vocab.itos):
         raise ValueError(f"the models in {folder} have another vocabulary: make reference")
     weights, models = read_listed_tensors(folder, "models.safetensors"), []

@@ -34,7 +34,7 @@ def fit_table(table: torch.Tensor, K: int) -> torch.Tensor:
 
 
 class UnprojectedAttention(RelativeMultiHeadAttention):
-    "Chapter 05's layer without W_r, for the types whose positions are not the sinusoid R."
+    "txl_lib.attention's layer without W_r, for the types whose positions are not the sinusoid R."
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -151,7 +151,7 @@ class PositionVariantLM(PretrainedModel):
         init_weights(self, c.init_std)  # Linear, Embedding, LayerNorm; the tables keep theirs
 
     def forward(self, input_ids, mems: list | None = None, targets=None, cache=None) -> LMOutput:
-        "input_ids (B, T), mems None or one (B, M, E) per layer -> LMOutput (chapter 00a)."
+        "input_ids (B, T), mems None or one (B, M, E) per layer -> LMOutput (txl_lib.data)."
         B, T = self.check_call(input_ids, mems, targets, cache)
         c, M = self.config, 0 if mems is None else mems[0].size(1)
         mask = attention_mask(T, M, c.same_length, c.mem_len, input_ids.device)
