@@ -28,11 +28,11 @@ def streams(seed=0, length=200):
 
 def test_evaluate_refuses_targets_of_another_shape_than_the_inputs():
     s = streams()
-    with pytest.raises(ValueError, match="one shape"):
+    with pytest.raises(ValueError, match=r"targets \(the shape of inputs\) has shape"):
         evaluate(
             small_model(), s[:, :-1][:, :40], s[:, 1:], tgt_len=8
         )  # targets longer than inputs
-    with pytest.raises(ValueError, match="one shape"):
+    with pytest.raises(ValueError, match=r"targets \(the shape of inputs\) has shape"):
         evaluate(small_model(), s[:, :-1], s[:1, 1:], tgt_len=8)
 
 
@@ -53,7 +53,7 @@ def test_train_raises_instead_of_hanging_when_no_segment_is_scored():
 
 
 def test_a_non_finite_loss_stops_training_before_it_reaches_the_weights():
-    with pytest.raises(FloatingPointError, match="became"):
+    with pytest.raises(FloatingPointError, match="is (nan|inf) at step"):
         train(small_model(), stream_documents(streams()), steps=50, tgt_len=8, lr=1e6, warmup=0)
     model = small_model()
     with torch.no_grad():

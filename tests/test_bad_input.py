@@ -7,16 +7,14 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from txl_lib.attention import rel_shift
 from txl_lib.bench import check_same_function
 from txl_lib.convert import from_original
 from txl_lib.data import IGNORE, CharVocab, batchify, load_corpus, recall_task
-from txl_lib.memory import update_memory
 from txl_lib.cache import InferenceCache
 from txl_lib.model import TXLConfig, TransformerXL
 from txl_lib.serialization import save_checkpoint
 from loading import load_checkpoint
-from txl_lib.serialization import content_sha256
+from txl_lib.serialization import save_checksummed
 from txl_lib.positions import relative_positions
 from txl_lib.knn import KNNConfig
 from txl_lib.lstm import LSTMConfig
@@ -46,10 +44,9 @@ def resave(e, payload_change):
     recomputed: a consistent file, wrong only in what was changed."""
     payload = torch.load(e.checkpoint, weights_only=True)
     payload_change(payload)
-    payload["sha256"] = content_sha256({k: payload[k] for k in ("config", "model", "step")})
-    path = e.tmp / "changed.pt"
-    torch.save(payload, path)
-    return path
+    return save_checksummed(
+        e.tmp / "changed.pt", {k: payload[k] for k in ("config", "model", "step")}
+    )
 
 
 def stale_cache_call(e):
@@ -91,7 +88,7 @@ CASES = [
     # TransformerXL.forward: token ids
     ("float ids", lambda e: e.model(e.ids.float()), TypeError, "integer token ids"),
     ("int16 ids", lambda e: e.model(e.ids.short()), TypeError, "torch.long or torch.int"),
-    ("ids not a tensor", lambda e: e.model(e.ids.tolist()), TypeError, "torch.Tensor of token ids"),
+    ("ids not a tensor", lambda e: e.model(e.ids.tolist()), TypeError, "must be a torch.Tensor"),
     (
         "id = n_token",
         lambda e: e.model(torch.full((2, 3), 20)),
@@ -104,9 +101,9 @@ CASES = [
         ValueError,
         "outside the vocabulary",
     ),
-    ("1-D ids", lambda e: e.model(e.ids[0]), ValueError, "non-empty (B, T)"),
-    ("3-D ids", lambda e: e.model(e.ids[None]), ValueError, "non-empty (B, T)"),
-    ("empty segment", lambda e: e.model(e.ids[:, :0]), ValueError, "non-empty (B, T)"),
+    ("1-D ids", lambda e: e.model(e.ids[0]), ValueError, "expected (>=1, >=1)"),
+    ("3-D ids", lambda e: e.model(e.ids[None]), ValueError, "expected (>=1, >=1)"),
+    ("empty segment", lambda e: e.model(e.ids[:, :0]), ValueError, "expected (>=1, >=1)"),
     # TransformerXL.forward: memories
     ("mems of 1 layer", lambda e: e.model(e.ids, mems=e.mems[:1]), ValueError, "list of 2 tensors"),
     ("mems a tensor", lambda e: e.model(e.ids, mems=e.mems[0]), ValueError, "list of 2 tensors"),
@@ -114,13 +111,13 @@ CASES = [
         "mems wrong batch",
         lambda e: e.model(e.ids[:1], mems=e.mems),
         ValueError,
-        "expected (1, M, 16)",
+        "expected (1, 0..6, 16)",
     ),
     (
         "mems wrong width",
         lambda e: e.model(e.ids, mems=[m[..., :8] for m in e.mems]),
         ValueError,
-        "d_model 16",
+        "expected (2, 0..6, 16)",
     ),
     (
         "mems float64",
@@ -132,13 +129,13 @@ CASES = [
         "mems uneven M",
         lambda e: e.model(e.ids, mems=[e.mems[0], e.mems[1][:, 1:]]),
         ValueError,
-        "same M",
+        "one shape in every layer",
     ),
     (
         "mems longer than mem_len",
         lambda e: e.model(e.ids, mems=[grow(m, 2) for m in e.mems]),
         ValueError,
-        "another config",
+        "expected (2, 0..6, 16)",
     ),
     (
         "mems element not a tensor",
@@ -151,7 +148,7 @@ CASES = [
         "targets wrong shape",
         lambda e: e.model(e.ids, targets=e.ids[:, 1:]),
         ValueError,
-        "targets have shape",
+        "targets has shape (2, 4), expected (2, 5)",
     ),
     ("targets out of range", lambda e: e.model(e.ids, targets=e.ids + 20), ValueError, "IGNORE"),
     (
@@ -165,14 +162,19 @@ CASES = [
         "cache with gradients on",
         lambda e: e.model(e.ids, cache=InferenceCache(2)),
         RuntimeError,
-        "frozen weights",
+        "eval mode and torch.inference_mode()",
     ),
-    ("cache with a stale memory", stale_cache_call, ValueError, "previous call"),
+    ("cache with a stale memory", stale_cache_call, ValueError, "mems of its previous call"),
     # TXLConfig
-    ("negative mem_len", lambda e: config(mem_len=-1), ValueError, "mem_len must be an int >= 0"),
+    (
+        "negative mem_len",
+        lambda e: config(mem_len=-1),
+        ValueError,
+        "mem_len must be an int >= 0, got -1",
+    ),
     ("float mem_len", lambda e: config(mem_len=4.0), ValueError, "mem_len must be an int"),
     ("negative clamp_len", lambda e: config(clamp_len=-2), ValueError, "clamp_len"),
-    ("tgt_len 0", lambda e: config(tgt_len=0), ValueError, "tgt_len must be an int >= 1"),
+    ("tgt_len 0", lambda e: config(tgt_len=0), ValueError, "tgt_len must be an int >= 1, got 0"),
     ("dropout 1", lambda e: config(dropout=1.0), ValueError, "dropout must be a float in [0, 1)"),
     ("negative dropatt", lambda e: config(dropatt=-0.1), ValueError, "dropatt"),
     ("odd d_model", lambda e: config(d_model=15), ValueError, "d_model must be even"),
@@ -190,7 +192,7 @@ CASES = [
         "top_k above vocabulary",
         lambda e: e.model.generate(e.ids, 3, top_k=21),
         ValueError,
-        "n_token=20",
+        "top_k must be an int in [1, 20]",
     ),
     (
         "negative max_new_tokens",
@@ -199,34 +201,14 @@ CASES = [
         "max_new_tokens",
     ),
     ("float prompt", lambda e: e.model.generate(e.ids.float(), 3), TypeError, "prompt_ids"),
-    # building blocks
-    ("update_memory mem_len", lambda e: update_memory(e.mems, e.mems, -1), ValueError, "mem_len"),
-    (
-        "update_memory hidden",
-        lambda e: update_memory(None, e.mems[0], 4),
-        ValueError,
-        "list of (B, T, E)",
-    ),
-    (
-        "update_memory other width",
-        lambda e: update_memory(e.mems, [m[..., :8] for m in e.mems], 4),
-        ValueError,
-        "matching hidden",
-    ),
-    ("relative_positions klen 0", lambda e: relative_positions(0, 16), ValueError, "klen"),
-    (
-        "relative_positions clamp",
-        lambda e: relative_positions(4, 16, clamp_len=-1),
-        ValueError,
-        "clamp_len",
-    ),
+    # building blocks: inner calls (update_memory, relative_positions, rel_shift) check nothing:
+    # their callers do; a function of the user's own still fails where its input cannot make sense
     (
         "relative_positions odd E",
         lambda e: relative_positions(4, 15),
         ValueError,
         "d_model must be an even",
     ),
-    ("rel_shift K < T", lambda e: rel_shift(torch.zeros(2, 5, 3)), ValueError, "K >= T"),
     # data
     (
         "missing corpus",
@@ -254,13 +236,13 @@ CASES = [
         "eval_every alone",
         lambda e: train(e.model, stream_documents(e.ids), 1, 4, eval_every=2),
         ValueError,
-        "needs an evaluator",
+        "eval_every >= 1 and an evaluator",
     ),
     (
         "an evaluator without eval_every",
         lambda e: train(e.model, stream_documents(e.ids), 1, 4, evaluator=lambda m, s: 0.0),
         ValueError,
-        "an evaluator needs eval_every >= 1",
+        "eval_every >= 1 and an evaluator",
     ),
     ("evaluate tgt_len 0", lambda e: evaluate(e.model, e.ids, e.ids, 0), ValueError, "tgt_len"),
     (
@@ -286,7 +268,7 @@ CASES = [
         "missing checkpoint",
         lambda e: load_checkpoint(e.tmp / "none.pt"),
         FileNotFoundError,
-        "no checkpoint",
+        "no file at",
     ),
     (
         "truncated checkpoint",
@@ -320,13 +302,13 @@ CASES = [
         "weights not fitting their config",
         lambda e: load_checkpoint(resave(e, lambda p: p["config"].update(d_inner=64))),
         ValueError,
-        "do not fit the stored config",
+        "do not fit the config: shapes",
     ),
     (
         "unknown config key",
         lambda e: load_checkpoint(resave(e, lambda p: p["config"].update(colour=1))),
         ValueError,
-        "does not know",
+        "does not have: ['colour']",
     ),
     (
         "save with a bad step",
@@ -344,7 +326,7 @@ CASES = [
         "save a non-model",
         lambda e: save_checkpoint(e.checkpoint, torch.nn.Linear(2, 2)),
         TypeError,
-        "TransformerXL",
+        "a txl_lib model (with a config)",
     ),
     # converters
     (
@@ -357,7 +339,7 @@ CASES = [
         "original: wrong config",
         lambda e: from_original(original_state(), config(d_inner=64)),
         ValueError,
-        "do not fit the config",
+        "do not fit the config: shapes",
     ),
     (
         "original: missing key",
@@ -475,6 +457,6 @@ def test_a_huge_integer_field_is_refused_naming_the_field_and_the_bound(config_c
     """Issue 31: 2**64 once passed the checks and crashed inside torch; every integer field has an
     upper bound."""
     with pytest.raises(
-        ValueError, match=rf"^{field} must be an int <= 2,147,483,647 .*got {2**64}$"
+        ValueError, match=rf"^{field} must be an int in \[\d+, [\d,]+\], got {2**64}$"
     ):
         config_class(**{"n_token": 20, field: 2**64})

@@ -356,7 +356,7 @@ def test_a_wrong_typed_set_value_is_one_line_and_exit_status_1():
         text=True,
     )
     assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert done.stderr.strip() == "error: --set: same_length must be a bool, got 1"
+    assert done.stderr.strip() == "error: --set: same_length must be a bool, got int"
 
 
 def test_each_installed_console_script_runs_a_small_job_and_exits_0(tmp_path):

@@ -16,10 +16,10 @@ from txl_lib.training import document_segments, stream_documents
         (lambda: CharVocab("abc").encode("abx"), "not in the vocabulary: 'x'"),
         (lambda: batchify(torch.arange(5), 6), "batch_size must be an int in [1, 5]"),
         (lambda: batchify(torch.arange(5), 0), "batch_size must be an int in [1, 5]"),
-        (lambda: batchify(torch.arange(6).view(2, 3), 2), "ids must be a 1-D tensor"),
+        (lambda: batchify(torch.arange(6).view(2, 3), 2), "ids has shape (2, 3), expected (*)"),
         (lambda: Segments(torch.arange(10).view(2, 5), 0), "tgt_len must be an int >= 1"),
         (lambda: Segments(torch.arange(10).view(2, 5), 2.5), "got 2.5"),
-        (lambda: Segments(torch.arange(10), 2), "data must be a (B, S) tensor"),
+        (lambda: Segments(torch.arange(10), 2), "data (B streams of S >= 2) has shape (10,)"),
         (lambda: recall_task(3, distance=1), "distance must be an int >= 2"),
         (
             lambda: recall_task(3, distance=10, n_pairs=9, n_symbols=8),
@@ -35,7 +35,7 @@ def test_bad_input_is_refused(call, message):
 
 
 def test_missing_and_empty_corpus_files(tmp_path):
-    with pytest.raises(FileNotFoundError, match="neither 'shakespeare' nor an existing text file"):
+    with pytest.raises(FileNotFoundError, match="is neither 'shakespeare' nor a text file"):
         load_corpus(str(tmp_path / "nope.txt"))
     (tmp_path / "empty.txt").write_text("")
     with pytest.raises(ValueError, match="is empty"):

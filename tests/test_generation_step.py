@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from txl_lib.attention import one_query_score, score_terms
+from txl_lib.attention import attention_mask, one_query_score, score_terms
 from txl_lib.bench import STEP_VERSIONS, bench_model, format_step_changes, step_changes
 from txl_lib.bench import with_nn_linear
 from txl_lib.cache import InferenceCache, sees_every_key
@@ -47,10 +47,7 @@ def test_one_query_score_is_the_four_terms_of_chapter_04(B, H, D, K):
     terms = score_terms(q, k, r, u, v)  # the slow way: R's row for each distance
     expected = terms.a + terms.b + terms.c + terms.d
     torch.testing.assert_close(one_query_score(q, k, r, u, v), expected, atol=1e-5, rtol=1e-5)
-    with pytest.raises(ValueError, match="one query per head"):
-        one_query_score(torch.randn(B, H, 2, D), k, r, u, v)
-    with pytest.raises(ValueError, match="one row of W_r·R per key"):  # one row would broadcast
-        one_query_score(q, k, r[:, 1:], u, v)
+    # an inner step: the cache calls it only for one query over every key (sees_every_key)
 
 
 def model_of(**options) -> TransformerXL:
@@ -85,7 +82,8 @@ def test_one_token_steps_from_an_empty_memory_equal_the_plain_forward(one_query,
 def test_sees_every_key_follows_the_mask(same_length, mem_len):
     model = model_of(mem_len=mem_len, same_length=same_length)
     for T, M in [(T, M) for T in (1, 2) for M in range(8)]:
-        hidden = model.mask(T, M, None).any().item()  # the mask itself, independently
+        c = model.config  # the mask itself, independently
+        hidden = attention_mask(T, M, c.same_length, c.mem_len).any().item()
         assert sees_every_key(model.config, T, M) == (T == 1 and not hidden)
 
 

@@ -306,6 +306,6 @@ def test_a_run_state_of_the_previous_version_resumes_with_a_warning(tmp_path):
     del state["sha256"]
     state["format"] = 2  # as the previous version wrote it
     torch.save(state, out / "state.pt")
-    with pytest.warns(UserWarning, match="resumed unverified"):
+    with pytest.warns(UserWarning, match="saved before txl_lib checksummed it"):
         run(out, "--resume", steps=2)
     assert torch.load(out / "state.pt", weights_only=True)["format"] == 3

@@ -94,13 +94,13 @@ def test_bad_calls_are_refused_before_anything_changes():
     ids = torch.randint(7, (2, 3))
     for call, message in [
         (lambda: model(ids, mems=[torch.zeros(3, 1, 4)] * 2), "expected \\(2, 1, 4\\)"),
-        (lambda: model(ids, mems=torch.zeros(2, 1, 4)), "must be \\[h, c\\]"),
+        (lambda: model(ids, mems=torch.zeros(2, 1, 4)), "mems must be None or a list of 2 tensors"),
         (lambda: model(ids, targets=ids[:, :2]), "shape"),
-        (lambda: model(ids, cache=object()), "no inference cache"),
+        (lambda: model(ids, cache=object()), "cache must be None, or model.new_cache"),
     ]:
         with pytest.raises((ValueError, TypeError), match=message):
             call()
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     for bad in [dict(n_layer=0), dict(dropout=-0.1), dict(tie_weight=1), dict(n_token=2.0)]:
-        with pytest.raises(ValueError):
+        with pytest.raises((ValueError, TypeError)):
             LSTMConfig(**bad)

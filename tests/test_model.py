@@ -77,7 +77,7 @@ def test_converter_refuses_what_does_not_fit():
     state = {
         k.removeprefix("transformer."): v for k, v in random_port(0, mem_len=4).state_dict().items()
     }
-    with pytest.raises(ValueError, match="shapes do not fit"):
+    with pytest.raises(ValueError, match="do not fit the config: shapes"):
         from_original(
             state, TXLConfig(n_token=41, n_layer=2, n_head=3, d_model=12, d_head=5, d_inner=20)
         )
@@ -193,7 +193,8 @@ def test_enwik8_base_has_41_1_million_parameters():
 
 
 def test_checkpoint_round_trip_and_bad_files(tmp_path):
-    from txl_lib.model import load_checkpoint, save_checkpoint
+    from loading import load_checkpoint
+    from txl_lib.serialization import save_checkpoint
 
     torch.manual_seed(0)
     model = TransformerXL(TXLConfig(n_token=30, d_model=16, n_head=2, d_head=8, untie_r=True))
@@ -343,21 +344,23 @@ def test_checkpointed_layers_give_the_same_gradients_and_keep_fewer_activations(
 def test_checkpoint_activations_is_refused_where_it_cannot_hold():
     knn = build_model(KNNConfig.tiny(n_token=50, knn_layer=1))
     knn.checkpoint_activations = True
-    with pytest.raises(ValueError, match="KNN layer's store changes during forward"):
+    with pytest.raises(ValueError, match="its store changes in forward"):
         knn(torch.zeros(1, 4, dtype=torch.long))
     for model in (
         TransformerXL(TXLConfig.tiny(n_token=50)),
         build_model(VariantConfig.tiny(n_token=50, attn_type=2)),
     ):
         model.checkpoint_activations = 1
-        with pytest.raises(TypeError, match="checkpoint_activations must be True or False, got 1"):
+        with pytest.raises(
+            TypeError, match="checkpoint_activations must be True or False, got int"
+        ):
             model(torch.zeros(1, 4, dtype=torch.long))
 
 
 def test_a_port_with_another_layer_norm_epsilon_is_refused():
     "Our layer norms use 1e-5; a port with another epsilon computes another function: refused."
     port = random_port(0, layer_norm_epsilon=0.5)
-    with pytest.raises(ValueError, match="HuggingFace config options not supported.*0.5"):
+    with pytest.raises(ValueError, match="HuggingFace options we do not implement.*0.5"):
         from_hf(port)
 
 

@@ -343,11 +343,13 @@ def test_types_are_routed_and_refused_clearly():
     assert type(build_model(config(attn_type=0))) is TransformerXL
     with pytest.raises(
         TypeError,
-        match="TransformerXL is built from TXLConfig configs, got VariantConfig: .*build_model",
+        match="TransformerXL is built from TXLConfig configs, got VariantConfig: build_model",
     ):
         TransformerXL(config(attn_type=2))
     for bad in (4, 0, True, "1"):
-        with pytest.raises(ValueError, match="attn_type must be 1, 2 or 3 in a VariantConfig"):
+        with pytest.raises(
+            ValueError, match=r"attn_type of a VariantConfig .* must be an int in \[1, 3\]"
+        ):
             VariantConfig(n_token=30, attn_type=bad)
     with pytest.raises(
         TypeError, match="PositionVariantLM is built from VariantConfig configs, got TXLConfig"

@@ -94,7 +94,7 @@ def test_a_wrong_archive_is_never_kept(pip, tmp_path):
 def test_a_damaged_cached_archive_is_refused_on_load_and_replaced_on_fetch(pip, tmp_path):
     path = fetch_works(FAKE, tmp_path)
     path.write_bytes(ARCHIVE[:-100])  # cut short on disk
-    with pytest.raises(ValueError, match="delete it and fetch it again"):
+    with pytest.raises(ValueError, match="delete it, fetch again"):
         read_works(FAKE, tmp_path)
     assert path.read_bytes() == ARCHIVE[:-100]  # loading changes nothing
     fetch_works(FAKE, tmp_path)

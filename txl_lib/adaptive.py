@@ -273,13 +273,14 @@ def from_state_dict(
     adaptive or not (`build_loaded`: a misfit is an error, naming `path` if given,
     and allocates nothing)."""
     check_state_dict(state_dict, config, source)
-    if isinstance(config, AdaptiveConfig):
-        weights = rename_adaptive(state_dict, source)
-    else:  # txl_lib.convert's names; the port only adds the prefix
-        weights = rename_original(
-            {k.removeprefix("transformer."): v for k, v in state_dict.items()}
-        )
-    origin = path or f"the {source} state dict"
+    origin, unprefixed = path or f"the {source} state dict", {}
+    for name, tensor in state_dict.items():  # txl_lib.convert's names; the port adds a prefix
+        unprefixed[name.removeprefix("transformer.")] = tensor
+    try:
+        adaptive = isinstance(config, AdaptiveConfig)
+        weights = rename_adaptive(state_dict, source) if adaptive else rename_original(unprefixed)
+    except ValueError as e:
+        raise ValueError(f"{origin}: {e}") from None
     return build_loaded(origin, config, weights, None, lambda c: c, model_for)
 
 # %% ../notebooks/09_adaptive_softmax.ipynb #c022
@@ -328,5 +329,5 @@ class WordVocab:
         "The words of a 1-D sequence of ids in [0, len(vocab)), separated by spaces."
         ids = torch.as_tensor(ids).tolist()
         if not isinstance(ids, list) or not all(type(i) is int and 0 <= i < len(self) for i in ids):
-            raise ValueError(f"ids must be 1-D, inside the vocabulary [0, {len(self)}), got {ids}")
+            raise ValueError(f"ids {ids}: not 1-D, or outside the vocabulary [0, {len(self)})")
         return " ".join(self.itos[i] for i in ids)

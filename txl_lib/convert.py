@@ -75,7 +75,9 @@ def config_from_hf(hf_config) -> TXLConfig:
     (an adaptive one: txl_lib.adaptive's reader)."""
     c = dict(hf_config) if isinstance(hf_config, dict) else hf_config.to_dict()
     if is_adaptive_hf(c):
-        raise ValueError("an adaptive HuggingFace config: load the model with txl_lib.from_hf")
+        raise ValueError(
+            "a HuggingFace config with an adaptive softmax needs from_hf or adaptive_config_from_hf"
+        )
     return TXLConfig(**hf_base_fields(c))
 
 

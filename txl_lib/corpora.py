@@ -34,8 +34,12 @@ def check_corpus_files(path: Path, files: list[Path]):
             f"corpus {str(path)!r}: no such corpus, text file, or folder of them"
         )
     odd = [f for f in files if not f.is_file()]  # a device or a pipe would be read forever
-    if odd or sum(file.stat().st_size for file in files) > MAX_INT:
-        raise ValueError(f"corpus {path}: {odd} not regular files, or over {MAX_INT:,} bytes")
+    if odd:
+        raise ValueError(f"{odd[0]} is not a regular file (a device, a pipe or a socket)")
+    if (size := sum(file.stat().st_size for file in files)) > MAX_INT:
+        raise ValueError(
+            f"corpus {path} holds {size:,} bytes, more than the {MAX_INT:,} a corpus may have here"
+        )
 
 # %% ../notebooks/11_training_at_scale.ipynb #c301a
 def read_utf8(path: Path) -> str:
@@ -192,7 +196,8 @@ def download_archive(source: Source, archive: Path):
         for folder in made:
             with contextlib.suppress(OSError):
                 folder.rmdir()  # only if empty: a partial download is kept, to resume
-        raise OSError(f"could not download {source.url}: fetch it into {archive}") from e
+        reason = getattr(e, "reason", e)
+        raise OSError(f"could not download {source.url} ({reason}): fetch it into {archive}") from e
 
 # %% ../notebooks/11_training_at_scale.ipynb #c010
 @dataclass

@@ -131,9 +131,7 @@ class CharVocab:
 def batchify(ids: torch.Tensor, batch_size: int) -> torch.Tensor:
     """Cut a (S,) token sequence into `batch_size` contiguous streams: (B, S // B); the remainder is
     dropped."""
-    check_int(
-        "batch_size (at most one per token)", batch_size, 1, len(check_shape(ids, (None,), "ids"))
-    )
+    check_int("batch_size", batch_size, 1, len(check_shape(ids, (None,), "ids")))
     n_step = len(ids) // batch_size
     return ids[: n_step * batch_size].view(batch_size, n_step)  # (B, S // B)
 
@@ -144,7 +142,7 @@ class Segments:
 
     def __init__(self, data: torch.Tensor, tgt_len: int):
         check_int("tgt_len", tgt_len, 1)
-        check_shape(data, (None, range(2, MAX_INT)), "data (B, S streams, S >= 2)")
+        check_shape(data, (None, range(2, MAX_INT)), "data (B streams of S >= 2)")
         self.data, self.tgt_len = data, tgt_len
 
     def __len__(self):

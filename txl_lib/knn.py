@@ -310,6 +310,10 @@ def load_recall_reference(folder) -> tuple[dict, dict]:
     verified against its manifest.json): {name: [model per seed]}, log."""
     folder = Path(folder)
     log = json.loads(read_listed(folder, "training_log.json"))  # txl_lib.utils: sha256 checked
+    if not isinstance(log, dict) or not {"seeds", "configs"} <= log.keys():
+        raise ValueError(
+            f"{folder}/training_log.json is not a reference training log: make reference"
+        )
     weights, models = read_listed_tensors(folder, "models.safetensors"), {}
     for name, with_knn in RECALL_MODELS.items():
         config, build = recall_config(with_knn), KNNTransformerXL if with_knn else TransformerXL

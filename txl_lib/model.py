@@ -131,20 +131,21 @@ def check_token_ids(name: str, ids, n_token: int, shape=None, like=None) -> torc
         )
     valid = (ids >= 0) & (ids < n_token) | ((ids == IGNORE) if shape else False)
     if ids.device.type == "cpu" and not valid.all():
-        raise ValueError(f"{name} holds {ids[~valid][0]}, outside the vocabulary [0, {n_token})")
+        allowed = f"[0, {n_token})" + (f" or IGNORE ({IGNORE})" if shape else "")
+        raise ValueError(f"{name} holds {ids[~valid][0]}, outside the vocabulary {allowed}")
     return ids
 
 
 def check_mems(mems, shapes: list, like: torch.Tensor):
     "None, or one tensor per entry of `shapes` (see check_shape), one shape in all, `like`'s dtype."
     if mems is not None and (not isinstance(mems, (list, tuple)) or len(mems) != len(shapes)):
-        raise ValueError(f"mems must be None or {len(shapes)} tensors (an earlier out.mems)")
+        raise ValueError(f"mems must be None or a list of {len(shapes)} tensors (an out.mems)")
     for i, memory in enumerate(mems or []):
         check_shape(memory, shapes[i], f"mems[{i}]", like)
     if mems and len({memory.shape for memory in mems}) > 1:
         raise ValueError("mems must have one shape in every layer (an earlier out.mems)")
 
-
+# %% ../notebooks/06_model.ipynb #c011f
 def check_fits_memory(config):
     """Refuse, before allocating, a model whose float32 weights cannot fit in this machine's
     memory: a lower bound (one vocabulary table, the feed-forwards, the projections)."""
@@ -153,8 +154,9 @@ def check_fits_memory(config):
     heads = getattr(config, "n_head", 1) * getattr(config, "d_head", E)
     need = 4 * (table + N * (4 * heads * E + 2 * E * getattr(config, "d_inner", 2 * E)))
     if have is not None and need > have:
+        sizes = f"n_token={config.n_token}, n_layer={N}, d_model={E}"
         raise ValueError(
-            f"the weights need at least {need / 2**30:,.1f} GiB, more than this machine has"
+            f"{sizes}: the weights need {need / 2**30:,.1f} GiB, more than this machine's memory"
         )
 
 # %% ../notebooks/06_model.ipynb #c015
@@ -168,7 +170,7 @@ class PretrainedModel(nn.Module):
     def __init__(self, config):
         if type(config) is not self.config_class:
             raise TypeError(
-                f"{type(self).__name__} is built from a {self.config_class.__name__}, "
+                f"{type(self).__name__} is built from {self.config_class.__name__} configs, "
                 f"got {type(config).__name__}: build_model(config) picks the class"
             )
         check_fits_memory(config)
@@ -282,7 +284,7 @@ class TransformerXL(PretrainedModel):
 # %% ../notebooks/06_model.ipynb #c026
 def check_sampling(model, prompt_ids, max_new_tokens, temperature, top_k, generator):
     "generate's arguments: a prompt of the model's ids, a temperature, top_k and a generator."
-    check_token_ids("prompt_ids", prompt_ids, model.config.n_token)
+    check_token_ids("prompt_ids", prompt_ids, model.config.n_token, like=next(model.parameters()))
     check_int("max_new_tokens", max_new_tokens)
     if type(temperature) not in (int, float) or temperature != 0:  # 0: greedy
         expected = f"0 (greedy) or a finite number >= {MIN_TEMPERATURE}"

@@ -117,12 +117,15 @@ def check_config_json(file: Path) -> dict:
     """A HuggingFace TransfoXL config.json, read once: a JSON object with model_type 'transfo-xl'
     (or none) and the keys we read (cutoffs and tie_projs as lists)."""
     data = read_json_object(file)  # one error for bad JSON or a non-object
-    lists = [k for k in ("cutoffs", "tie_projs") if isinstance(data.get(k, []), list)]
-    missing = [k for k in HF_CONFIG_KEYS if k not in data] + sorted(
-        {"cutoffs", "tie_projs"} - {*lists}
-    )
-    if data.get("model_type", "transfo-xl") != "transfo-xl" or missing:
-        raise ValueError(f"{file} is not a TransfoXL config.json: model_type, or {missing} wrong")
+    kind = data.get("model_type", "transfo-xl")
+    if kind != "transfo-xl":
+        raise ValueError(f"{file} is a {kind!r} model's config: expected model_type 'transfo-xl'")
+    missing = [k for k in HF_CONFIG_KEYS if k not in data]
+    missing += [
+        f"{k} (a list)" for k in ("cutoffs", "tie_projs") if type(data.get(k, [])) is not list
+    ]
+    if missing:
+        raise ValueError(f"{file} lacks the keys {missing} that a TransfoXL config.json holds")
     return data
 
 # %% ../notebooks/12_using_the_library.ipynb #c222

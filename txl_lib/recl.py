@@ -73,10 +73,11 @@ def check_group(losses, r) -> None:
     first = next(iter(losses.values()), None)
     for name, loss in losses.items():
         check_shape(loss, (range(2, MAX_INT), range(1, MAX_INT)), f"losses[{name!r}]")
-        if not loss.is_floating_point() or loss.shape != first.shape or not (loss >= 0).all():
-            raise ValueError(f"losses[{name!r}] must be float losses >= 0 of one shape in all")
-    if first is None or not torch.isfinite(torch.stack(list(losses.values()))).all():
-        raise ValueError("losses must hold at least one table, of finite losses")
+        valid = loss.is_floating_point() and bool((torch.isfinite(loss) & (loss >= 0)).all())
+        if not valid or loss.shape != first.shape:
+            raise ValueError(f"losses[{name!r}] must be finite float losses >= 0, one shape in all")
+    if first is None:
+        raise ValueError("losses must hold at least one table")
     check_number("r", r, math.ulp(0), 1, "a number in (0, 1]")
 
 # %% ../notebooks/08a_recl.ipynb #c140

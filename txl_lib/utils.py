@@ -68,7 +68,9 @@ MAX_INT = 2**31 - 1  # the largest size, length or count any check accepts
 def check_int(name: str, value, minimum: int = 0, maximum: int = MAX_INT) -> int:
     "Raise `ValueError` unless `value` is an int (not a bool) in [`minimum`, `maximum`]; return it."
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise ValueError(f"{name} must be an int in [{minimum}, {maximum:,}], got {value!r}")
+        too_big = isinstance(value, int) and value > maximum
+        limit = f"in [{minimum}, {maximum:,}]" if too_big or maximum < MAX_INT else f">= {minimum}"
+        raise ValueError(f"{name} must be an int {limit}, got {value!r}")
     return value
 
 

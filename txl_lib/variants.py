@@ -21,7 +21,7 @@ from .data import LMOutput, token_loss, mean_loss
 from .memory import update_memory
 from .positions import relative_positions
 from .attention import RelativeMultiHeadAttention, attention_mask, content_score, rel_shift
-from .utils import check_choice
+from .utils import check_int
 from .model import TXLConfig, DecoderLayer, PretrainedModel, init_weights
 
 # %% ../notebooks/08_attention_variants.ipynb #c005
@@ -102,11 +102,13 @@ class VariantConfig(TXLConfig):
     def __post_init__(self):
         "TXLConfig's checks, then attn_type 1, 2 or 3, and type 3's rows as wide as the model."
         super().__post_init__()
-        check_choice(
-            "attn_type of a VariantConfig (type 0 is TXLConfig)", self.attn_type, (1, 2, 3)
-        )
+        check_int("attn_type of a VariantConfig (type 0 is TXLConfig)", self.attn_type, 1, 3)
         if self.attn_type == 3 and self.n_head * self.d_head != self.d_model:
-            raise ValueError("attn_type=3 adds rows of n_head*d_head to inputs: it must be d_model")
+            width = f"n_head*d_head = {self.n_head * self.d_head}"
+            raise ValueError(
+                f"attn_type=3 adds rows of {width} to inputs of width d_model = "
+                f"{self.d_model}: they must be equal"
+            )
 
 
 def config_of_type(attn_type: int = 0, **fields) -> TXLConfig:
