@@ -291,10 +291,7 @@ def read_listed(folder, name: str) -> bytes:
         raise FileNotFoundError(f"{path} {missing}: remake the folder (`make reference`)")
     data = path.read_bytes()
     if hashlib.sha256(data).hexdigest() != listed[name]:
-        raise ValueError(
-            f"{path} differs from the sha256 {folder / MANIFEST} lists (a changed byte?): remake "
-            "the folder (`make reference`)"
-        )
+        raise ValueError(f"{path} differs from the sha256 {MANIFEST} lists: remake the folder")
     return data
 
 # %% ../notebooks/00_utils.ipynb #c151
