@@ -492,7 +492,7 @@ def test_stop_after_0_is_refused(capsys):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_a_missing_device_is_a_clear_error(tmp_path):
-    with pytest.raises(ValueError, match="--device cuda: this machine has 0 CUDA device"):
+    with pytest.raises(ValueError, match="--device cuda: not on this machine \\(0 CUDA device"):
         train_command(command(tmp_path / "run", "--device", "cuda"))
     with pytest.raises(ValueError, match="not a device name"):
         train_command(command(tmp_path / "run", "--device", "gpu"))
@@ -612,7 +612,7 @@ def test_an_empty_out_a_meta_device_and_a_missing_checkpoint_are_one_line_each(t
     with pytest.raises(SystemExit):
         parse_args(["--out", ""])
     assert "--out must name a folder for the run" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="a run trains on cpu, cuda, cuda:N or mps, not on 'meta'"):
+    with pytest.raises(ValueError, match="--device meta: not on this machine"):
         train_command(command(tmp_path / "run", steps=1) + ["--device", "meta"])
     assert not (tmp_path / "run").exists()
     with pytest.raises(

@@ -182,7 +182,7 @@ def test_two_gloo_processes_leave_no_thread_of_the_process_group_behind(tmp_path
     "overrides, message",
     [
         (["n_layer"], "KEY=VALUE"),
-        (["n_token=5"], "other than n_token"),
+        (["n_token=5"], "a config field but n_token"),
         (["bogus=1"], "KEY=VALUE"),
         (["n_layer=four"], "not a Python literal"),
         (["dropout=2.0"], "dropout"),
