@@ -306,6 +306,57 @@ def test_a_run_state_of_the_previous_version_resumes_with_a_warning(tmp_path):
     del state["sha256"]
     state["format"] = 2  # as the previous version wrote it
     torch.save(state, out / "state.pt")
-    with pytest.warns(UserWarning, match="saved before txl_lib checksummed it"):
+    with pytest.warns(UserWarning, match="of an earlier version: loaded \\(partly\\) unverified"):
         run(out, "--resume", steps=2)
     assert torch.load(out / "state.pt", weights_only=True)["format"] == 3
+
+
+# Issue 44: the review of the move to one serialization module and checks at the doors
+
+
+def test_a_checkpoint_whose_checksum_was_removed_or_covers_changed_weights_is_refused(tmp_path):
+    from txl_lib.serialization import content_sha256
+
+    path = save_checkpoint(tmp_path / "m.pt", TransformerXL(TXLConfig.tiny(n_token=10)), step=1)
+    payload = torch.load(path, weights_only=True)
+    stripped = {k: v for k, v in payload.items() if k != "sha256"}  # format 3 without its sha256
+    torch.save(stripped, tmp_path / "stripped.pt")
+    with pytest.raises(ValueError, match="stripped.pt is corrupt: its sha256 is missing"):
+        load_checkpoint(tmp_path / "stripped.pt")
+    first = {k: payload[k] for k in ("config", "model", "step")}  # the first format: weights only
+    first["sha256"] = content_sha256(first["model"])
+    first["model"] = {**first["model"], "u": first["model"]["u"] + 1.0}  # changed after saving
+    torch.save(first, tmp_path / "first.pt")
+    with pytest.raises(ValueError, match="first.pt is corrupt: its sha256 differs"):
+        load_checkpoint(tmp_path / "first.pt")
+
+
+def test_adaptive_targets_in_no_cluster_score_nan_not_a_silent_zero():
+    from txl_lib.adaptive import ProjectedAdaptiveLogSoftmax
+
+    softmax = ProjectedAdaptiveLogSoftmax(40, 8, 8, cutoffs=(10, 25), div_val=2)
+    for p in softmax.parameters():  # alone, its projections are left uninitialised
+        torch.nn.init.normal_(p, 0.0, 0.5)
+    nll = softmax(torch.randn(4, 8), torch.tensor([3, IGNORE, 40, -5]))
+    assert torch.isfinite(nll[0]) and nll[1] == 0 and torch.isnan(nll[2:]).all()
+
+
+def test_a_vocabulary_given_as_a_generator_is_refused_not_saved_empty(tmp_path):
+    model = TransformerXL(TXLConfig.tiny(n_token=3))
+    with pytest.raises(ValueError, match="vocab must be None or 3 strings"):
+        model.save_pretrained(tmp_path / "m", vocab=(s for s in "abc"))
+    assert not (tmp_path / "m").exists()
+
+
+def test_weights_that_are_not_tensors_are_one_error_naming_the_file(tmp_path):
+    from txl_lib.convert import from_original
+    from txl_lib.serialization import save_checksummed
+
+    model = TransformerXL(TXLConfig.tiny(n_token=10))
+    state = {**model.state_dict(), "u": 1.0}
+    payload = {"config": dataclasses.asdict(model.config), "model": state, "step": 0}
+    save_checksummed(tmp_path / "odd.pt", payload)  # consistent, and not a state dict
+    with pytest.raises(ValueError, match="odd.pt holds no state dict"):
+        load_checkpoint(tmp_path / "odd.pt")
+    with pytest.raises(TypeError, match="config must be a TXLConfig"):
+        from_original(model.state_dict(), dict(n_token=10))

@@ -18,6 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .utils import check_choice, check_int, check_type
+from .data import IGNORE
 from .model import TXLConfig, TransformerXL
 from .serialization import build_loaded
 from .convert import rename_original, hf_base_fields
@@ -86,9 +87,9 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
 
     def forward(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """hidden (n_rows, d_proj), targets (n_rows,) -> negative log-likelihood (n_rows,), 0 where
-        a target is IGNORE."""
+        a target is IGNORE, NaN where one is in no cluster (never a silent 0; no device sync)."""
         head = self.cluster_log_probs(hidden, 0)  # (n_rows, shortlist + n_tail)
-        nll = head.new_zeros(targets.shape)
+        nll = head.new_full(targets.shape, float("nan")).masked_fill(targets == IGNORE, 0)
         for k, (lo, hi) in enumerate(self.bounds):
             rows = ((targets >= lo) & (targets < hi)).nonzero().squeeze(1)
             if k == 0:

@@ -12,6 +12,7 @@ import re
 import torch
 
 from .model import TXLConfig, TransformerXL
+from .utils import check_type
 from .serialization import build_loaded
 
 # %% ../notebooks/06a_original_checkpoints.ipynb #c005
@@ -66,6 +67,7 @@ def rename_original(state_dict: dict) -> dict:
 def from_original(state_dict: dict, config: TXLConfig) -> TransformerXL:
     """A `TransformerXL` with `config` holding the original code's `state_dict` (attention type 0,
     no adaptive softmax), in eval mode."""
+    check_type("config", config, TXLConfig, "a TXLConfig")
     weights = rename_original(state_dict)
     return build_loaded("the state dict", config, weights, None, lambda c: c, TransformerXL)
 

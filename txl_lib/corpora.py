@@ -31,7 +31,7 @@ def check_corpus_files(path: Path, files: list[Path]):
     most MAX_INT bytes."""
     if not path.exists() or not files:
         raise FileNotFoundError(
-            f"corpus {str(path)!r}: no such corpus, text file, or folder of them"
+            f"corpus {str(path)!r}: no such corpus, text file, or folder with files"
         )
     odd = [f for f in files if not f.is_file()]  # a device or a pipe would be read forever
     if odd:

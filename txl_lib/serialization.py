@@ -17,6 +17,7 @@ import torch
 import torch.nn as nn
 from safetensors import SafetensorError
 from safetensors.torch import load as safetensors_load, save as safetensors_bytes
+from safetensors.torch import load_file as safetensors_load_file
 
 from .utils import check_int, machine_memory, read_json, read_listed, write_atomically
 
@@ -76,13 +77,16 @@ def read_checksummed(path, keys: set, what: str) -> dict:
     if not Path(path).is_file():
         raise FileNotFoundError(f"no file at {path}")
     payload = read_torch_file(path)
-    stored = payload.pop("sha256", None) if isinstance(payload, dict) else None
-    version = payload.get("format") if isinstance(payload, dict) else None
-    if stored is None or version is None:  # (format 2 covered the keys only)
-        warnings.warn(f"{path} was saved before txl_lib checksummed it: loaded unverified")
-    elif stored != content_sha256(payload if version >= 3 else {k: payload.get(k) for k in keys}):
+    payload = payload if isinstance(payload, dict) else {}
+    stored, version = payload.pop("sha256", None), payload.get("format")
+    covered = {3: payload, 2: {k: payload.get(k) for k in keys}}.get(version, payload.get("model"))
+    if stored is None and version not in (None, 2):  # format 2 of a run state had none
+        raise ValueError(f"{path} is corrupt: its sha256 is missing")
+    if stored is not None and stored != content_sha256(covered):
         raise ValueError(f"{path} is corrupt: its sha256 differs from the one saved with it")
-    missing = sorted(keys - payload.keys()) if isinstance(payload, dict) else sorted(keys)
+    if stored is None or version is None:  # format 1: the weights alone were checksummed
+        warnings.warn(f"{path} is of an earlier version: loaded (partly) unverified; save it again")
+    missing = sorted(keys - payload.keys())
     if missing:
         raise ValueError(f"{path} lacks {missing}: not {what}")
     return payload
@@ -144,6 +148,10 @@ def build_loaded(path, stored_config, weights: dict, expected, read_config, buil
     except (AttributeError, TypeError, ValueError) as e:
         raise ValueError(f"{path} holds an invalid config: {e}") from None
     check_expected(config, expected, path)
+    if not isinstance(weights, dict) or not all(
+        isinstance(t, torch.Tensor) for t in weights.values()
+    ):
+        raise ValueError(f"{path} holds no state dict (name -> tensor)")
     needed, weights = skeleton.state_dict(), fill_tied(skeleton, dict(weights), path)
     missing, unexpected = needed.keys() - weights.keys(), weights.keys() - needed.keys()
     shared = needed.keys() & weights.keys()
@@ -196,7 +204,9 @@ def write_pretrained(model: nn.Module, folder, vocab: list[str] | None = None) -
     """model.safetensors (the weights, tied ones once; the config and the sha256 of weights and
     files as metadata), then config.json and, given the vocabulary, vocab.json."""
     folder, config = Path(folder), model.config
-    if vocab is not None and [type(s) for s in vocab] != [str] * config.n_token:
+    if vocab is not None and (
+        type(vocab) not in (list, tuple) or [type(s) for s in vocab] != [str] * config.n_token
+    ):
         raise ValueError(f"vocab must be None or {config.n_token} strings, one per id")
     if any(p.device.type == "meta" for p in model.parameters()):
         raise ValueError("the model is on the meta device: there are no weights to save")
@@ -332,7 +342,7 @@ def read_weights(file: Path) -> dict:
     """A safetensors file's tensors, or a torch file's state dict read with weights_only=True;
     anything else is one error naming the file."""
     try:
-        state = safetensors_load(file.read_bytes()) if file.suffix == ".safetensors" else None
+        state = safetensors_load_file(file) if file.suffix == ".safetensors" else None
         state = read_torch_file(file) if state is None else state
     except ValueError as e:  # read_torch_file's one error
         raise ValueError(f"{e}{PICKLED_HINT if 'pickled code' in str(e) else ''}") from None
