@@ -84,11 +84,11 @@ def read_checksummed(path, keys: set, what: str) -> dict:
         raise ValueError(f"{path} is corrupt: its sha256 is missing")
     if stored is not None and stored != content_sha256(covered):
         raise ValueError(f"{path} is corrupt: its sha256 differs from the one saved with it")
-    if stored is None or version is None:  # format 1: the weights alone were checksummed
-        warnings.warn(f"{path} is of an earlier version: loaded (partly) unverified; save it again")
     missing = sorted(keys - payload.keys())
     if missing:
         raise ValueError(f"{path} lacks {missing}: not {what}")
+    if stored is None or version is None:  # format 1: the weights alone were checksummed
+        warnings.warn(f"{path} is of an earlier version: loaded (partly) unverified; save it again")
     return payload
 
 # %% ../notebooks/00c_serialization.ipynb #s012
