@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from txl_lib import bench
+from txl_lib import bench, bench_steps
 from txl_lib.bench import (
     MODES,
     bench_model,
@@ -20,8 +20,8 @@ from txl_lib.bench import (
     count_flops,
     readers,
     recompute_logits,
-    saved_tensor_bytes,
 )
+from txl_lib.bench_steps import saved_tensor_bytes
 from txl_lib.cache import InferenceCache
 from txl_lib.model import TXLConfig, TransformerXL
 
@@ -199,14 +199,17 @@ def test_saved_tensor_bytes_counts_activations_not_weights():
     assert counted == 8 * 100 * 4 + 8 * 50 * 4  # the input of the matmul, the output of relu
 
 
-def test_the_reference_page_quotes_the_run_committed_in_chapter_07():
-    """The reference page's speed tables and the one-token step's verdicts: the ones chapter 07
-    printed in its stored run, row for row and line for line."""
+def test_the_reference_page_quotes_the_run_committed_in_chapters_07_and_07a():
+    """The reference page's speed tables (chapter 07) and the one-token step's verdicts (07a): the
+    ones the chapters printed in their stored runs, row for row and line for line."""
     root = Path(__file__).parents[1]
-    notebook = json.loads((root / "notebooks" / "07_speed_benchmark.ipynb").read_text())
+    notebooks = [
+        json.loads((root / "notebooks" / name).read_text())
+        for name in ("07_speed_benchmark.ipynb", "07a_step_and_training.ipynb")
+    ]
 
     def printed(marker: str) -> list[str]:
-        cells = [cell for cell in notebook["cells"] if marker in "".join(cell["source"])]
+        cells = [c for nb in notebooks for c in nb["cells"] if marker in "".join(c["source"])]
         text = "".join(t for cell in cells for out in cell["outputs"] for t in out.get("text", []))
         return [line for line in text.splitlines() if line.strip()]
 
@@ -223,7 +226,7 @@ def test_quick_needs_no_transformers_and_compares_training_only_when_asked(monke
     monkeypatch.setitem(
         sys.modules, "transformers", None
     )  # as if not installed: importing it fails
-    records = bench.main(["--quick", "--lengths", "48", "--repeats", "1"])
+    records = bench_steps.main(["--quick", "--lengths", "48", "--repeats", "1"])
     assert records and not any(r["mode"] == "train" for r in records)
 
 
@@ -238,17 +241,17 @@ def test_a_missing_package_is_refused_before_measuring(monkeypatch, tmp_path, fl
     monkeypatch.setattr(bench, "benchmark", lambda *a, **k: pytest.fail("measured before refusing"))
     argv = ["--quick", flag] + ([str(tmp_path / "speed.png")] if flag == "--plot" else [])
     with pytest.raises(ImportError, match=f"{flag} needs {package}"):
-        bench.main(argv)
+        bench_steps.main(argv)
 
 
 def test_an_output_folder_that_does_not_exist_is_refused_before_measuring(monkeypatch, tmp_path):
     monkeypatch.setattr(bench, "benchmark", lambda *a, **k: pytest.fail("measured before refusing"))
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        bench.main(["--quick", "--json", str(tmp_path / "missing" / "records.json")])
+        bench_steps.main(["--quick", "--json", str(tmp_path / "missing" / "records.json")])
 
 
 def test_quick_keeps_the_sizes_the_command_line_gives():
-    records = bench.main(["--quick", "--lengths", "40", "--tgt-len", "8", "--repeats", "1"])
+    records = bench_steps.main(["--quick", "--lengths", "40", "--tgt-len", "8", "--repeats", "1"])
     timed = [r for r in records if r["mode"] in MODES]
     assert {r["L"] for r in timed} == {40}
     meta = next(r for r in records if r["mode"] == "meta")
@@ -258,7 +261,7 @@ def test_quick_keeps_the_sizes_the_command_line_gives():
 def test_every_generate_record_carries_its_batch_and_the_bandwidth_floor(tmp_path):
     """Each generate record: its batch, and the floor at the bandwidth measured in the same run (in
     the meta record)."""
-    records = bench.main(
+    records = bench_steps.main(
         [
             "--quick",
             "--lengths",

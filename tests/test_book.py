@@ -223,6 +223,21 @@ def test_every_figure_of_a_chapter_is_on_its_page_with_alt_text(site):
     assert total > 0
 
 
+def test_every_solution_is_folded_away_on_its_page_and_asserts(site):
+    # issue 45: a cell tagged `solution` is a closed <details> block holding the cell's code
+    total = 0
+    for path in hooks.chapters(ROOT / "notebooks"):
+        cells = nbformat.read(path, as_version=4).cells
+        solutions = [c for c in cells if "solution" in c.metadata.get("tags", [])]
+        folded = chapter_page(site, path).select("article details.solution")
+        assert len(folded) == len(solutions), path.stem
+        for block in folded:
+            assert block.get("open") is None and block.summary.get_text().strip() == "Solution"
+            assert "assert" in block.select_one("pre").get_text()
+        total += len(folded)
+    assert total >= 26
+
+
 def test_an_api_page_per_module_documents_what_it_defines(site):
     modules = hooks.modules(ROOT / "txl_lib")
     expected = {

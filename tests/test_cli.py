@@ -322,7 +322,7 @@ def test_set_picks_the_config_of_the_chapter_its_fields_come_from():
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_kind_of_model_trains_and_resumes_exactly(tmp_path, kind):
     """The original's attention types (08), the adaptive softmax (09) and the KNN memory (10), by
-    chapter 12's build_model."""
+    chapter 10a's build_model."""
     argv = SMALL + KINDS[kind] + ["--steps", "6", "--quiet"]
     straight = train_command(argv + ["--out", str(tmp_path / "a")])
     train_command(argv + ["--out", str(tmp_path / "b"), "--stop-after", "3"])

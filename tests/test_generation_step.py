@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from txl_lib.attention import attention_mask, one_query_score, score_terms
-from txl_lib.bench import STEP_VERSIONS, bench_model, format_step_changes, step_changes
-from txl_lib.bench import with_nn_linear
+from txl_lib.bench import bench_model
+from txl_lib.bench_steps import STEP_VERSIONS, format_step_changes, step_changes, with_nn_linear
 from txl_lib.cache import InferenceCache, sees_every_key
 from txl_lib.model import TXLConfig, TransformerXL
 from txl_lib.utils import Linear

@@ -539,7 +539,7 @@ def test_every_model_class_reads_its_own_folders_with_from_pretrained(kind, tmp_
     folder = model.save_pretrained(tmp_path / kind)
     loaded = type(model).from_pretrained(folder)
     assert type(loaded) is type(model) and not loaded.training
-    expected = from_pretrained(folder).state_dict()  # chapter 12's reader, independently
+    expected = from_pretrained(folder).state_dict()  # chapter 10a's reader, independently
     assert expected.keys() == loaded.state_dict().keys()
     assert all(torch.equal(expected[k], v) for k, v in loaded.state_dict().items())
     other = "lstm" if kind != "lstm" else "txl"

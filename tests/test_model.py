@@ -300,7 +300,7 @@ def test_every_model_gives_the_mean_loss_to_train_on(kind):
 def step_gradients_and_saved_bytes(model, checkpointed, tokens, seed=3):
     """Every parameter's gradient after a two-segment training step, and the bytes of the
     activations saved for it."""
-    from txl_lib.bench import saved_tensor_bytes
+    from txl_lib.bench_steps import saved_tensor_bytes
 
     model.zero_grad()
     model.checkpoint_activations = checkpointed

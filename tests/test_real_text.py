@@ -10,7 +10,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from txl_lib.real_text import FIELDS, claims_table, read_results
+from txl_lib.claims import claims_table
+from txl_lib.real_text import FIELDS, read_results
 from txl_lib.utils import compare, write_manifest
 
 
@@ -160,10 +161,10 @@ def test_compare_refuses_two_seeds_unequal_pairs_and_no_minimum(a, b, paired, mi
 
 
 def test_the_readme_quotes_the_claims_the_last_chapter_printed():
-    """Every row of the README's table of claims measured on Shakespeare is a line chapter 12a
+    """Every row of the README's table of claims measured on Shakespeare is a line chapter 12b
     printed in its stored run."""
     root = Path(__file__).parents[1]
-    notebook = json.loads((root / "notebooks" / "12a_top_level.ipynb").read_text())
+    notebook = json.loads((root / "notebooks" / "12b_claims.ipynb").read_text())
     printed = "".join(
         text
         for cell in notebook["cells"]

@@ -11,7 +11,7 @@ import signal, sys
 
 from .cli import main, train_command
 from .generate_cli import generate_command
-from .bench import main as bench_command
+from .bench_steps import main as bench_command
 
 # %% ../notebooks/11c_programs.ipynb #c003
 PROGRAMS = {"train": train_command, "generate": generate_command, "bench": bench_command}

@@ -29,6 +29,7 @@ from .corpora import load_splits
 from .pretrained import build_model, config_from_dict
 
 # %% ../notebooks/11a_commands.ipynb #c004
+# The command line. `--preset` names a config classmethod (chapter 06), `--set` overrides any field:
 PRESETS = ("tiny", "enwik8_base", "enwik8_large")  # config classmethods: TXLConfig.tiny(...), ...
 
 # %% ../notebooks/11a_commands.ipynb #c004a
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 # %% ../notebooks/11a_commands.ipynb #c004aa
+# Then the options of the run itself, and of its evaluation, and the parser that reads them all:
 def add_run_arguments(p: argparse.ArgumentParser):
     "Where the run goes, where it writes, and when it stops."
     p.add_argument("--device", default="cpu")
@@ -107,6 +109,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     return check_command_line(p, p.parse_args(argv))
 
 # %% ../notebooks/11a_commands.ipynb #c204
+# `--set` keys pick the config class: a key of one extension (08, 09 or 10) makes that extension's
+# config, and keys of two are refused:
 EXTENSION_CONFIGS = (VariantConfig, AdaptiveConfig, KNNConfig)
 
 
@@ -347,6 +351,7 @@ def evaluate_bits(model, streams: torch.Tensor, args: argparse.Namespace) -> flo
     return evaluate(model, streams[:, :-1], streams[:, 1:], tgt_len=T).bits_per_token
 
 # %% ../notebooks/11a_commands.ipynb #c110
+# One optimizer step on one segment, and the next segment of the streams:
 def training_step(
     model,
     optimizer,
@@ -378,6 +383,7 @@ def next_segment(streams: torch.Tensor, position: int, T: int):
     return x, y, (position + 1) % ((streams.size(1) - 1) // T)
 
 # %% ../notebooks/11a_commands.ipynb #c011
+# Everything a run needs before its first step, and the arguments `--resume` compares:
 def build_run(args: argparse.Namespace, rank: int, world: int, device):
     """The corpus, model, optimizer and schedule of a run, and this process's share of the training
     streams."""
@@ -413,6 +419,7 @@ def run_arguments(args: argparse.Namespace) -> dict:
     return {name: getattr(args, name) for name in RUN_ARGS}
 
 # %% ../notebooks/11a_commands.ipynb #c111
+# Rank 0's progress bar, and the final evaluation:
 def progress_bar(args: argparse.Namespace, rank: int, step: int):
     "Rank 0's bar over the steps, from `step` on; none on other ranks or with --quiet."
     if rank or args.quiet:
@@ -442,6 +449,7 @@ def report(model, corpus, args, log: dict, step: int, out: Path, device):
     )
 
 # %% ../notebooks/11a_commands.ipynb #c211
+# The loop itself, from the saved step to the last, saving as asked:
 def train_loop(args, out, corpus, model, optimizer, schedule, streams, start, log, rank, world):
     """Steps from `start` = (step, position, mems) to --steps (or --stop-after), saving as asked;
     returns the last step."""
@@ -476,6 +484,7 @@ def train_loop(args, out, corpus, model, optimizer, schedule, streams, start, lo
     return step
 
 # %% ../notebooks/11a_commands.ipynb #c311
+# A run from its arguments, and the command that parses them first:
 def run(args: argparse.Namespace) -> dict:
     "Train as the arguments say; returns the log (losses, evaluations, final bits per symbol)."
     device, out = check_device(args.device), Path(args.out)
@@ -509,6 +518,7 @@ def train_command(argv=None) -> dict:
             dist.destroy_process_group()
 
 # %% ../notebooks/11a_commands.ipynb #c411
+# As a program, an error becomes one line:
 # what a bad argument, file or run raises
 ERRORS = (ValueError, OSError, RuntimeError, FloatingPointError)
 
@@ -657,6 +667,9 @@ def check_lock_free(fd: int, lock: Path, out: Path):
 REFUSED_CHANGES = ("data", "drop_newlines", "preset", "set", "batch_size", "steps")
 
 # %% ../notebooks/11a_commands.ipynb #c510a
+# `read_state` reads `state.pt` and applies the first checks of the paragraph above (fields,
+# arguments, `--stop-after`); the data and the model are checked by `run` (`check_same_data`,
+# `check_same_model`) once `build_run` has read the corpus:
 def read_state(out: Path, args: argparse.Namespace, world: int) -> dict:
     """state.pt of the run in `out`, checked against `args`
     (which take the run's values for what would be ignored)."""
@@ -696,6 +709,7 @@ def check_same_arguments(out: Path, state: dict, args: argparse.Namespace, world
         )
 
 # %% ../notebooks/11a_commands.ipynb #c513
+# A `state.pt` edited by hand, or cut short, is refused with the file's name and what it lacks:
 STATE_FIELDS = (
     "model",
     "config",
@@ -722,6 +736,7 @@ def check_state_fields(path: Path, state: dict):
         raise ValueError(f"{path} lacks {', '.join(missing)}: not a whole run state; start again")
 
 # %% ../notebooks/11a_commands.ipynb #c511
+# The arguments the run keeps from its start, the model it saved, and the fingerprint of its data:
 def use_stored_arguments(args: argparse.Namespace, stored: dict, out: Path):
     """Set in `args` the run's values of the arguments a resumed run cannot change; warn for each
     that differed."""

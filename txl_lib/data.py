@@ -5,7 +5,8 @@ with known answers."""
 
 # %% auto #0
 __all__ = ['WORKS', 'IGNORE', 'Works', 'default_cache', 'works_archive', 'load_corpus', 'CharVocab', 'batchify', 'Segments',
-           'corpus_streams', 'Task', 'recall_task', 'sort_task', 'LMOutput', 'token_loss', 'mean_loss']
+           'corpus_streams', 'Corpus', 'split_works', 'split_by_work', 'Task', 'recall_task', 'sort_task', 'LMOutput',
+           'token_loss', 'mean_loss']
 
 # %% ../notebooks/00a_data.ipynb #c001
 import hashlib, io, os, tarfile
@@ -174,6 +175,37 @@ def corpus_streams(
     n_valid = int(len(ids) * valid_fraction)
     return vocab, batchify(ids[:-n_valid], batch_size), batchify(ids[-n_valid:], eval_batch_size)
 
+# %% ../notebooks/00a_data.ipynb #c018h
+def check_held_out(texts: dict, valid: tuple, test: tuple):
+    "Held-out works exist, are disjoint, and leave works to train on."
+    missing = sorted((set(valid) | set(test)) - set(texts))
+    if missing or set(valid) & set(test) or not set(texts) - set(valid) - set(test):
+        raise ValueError(f"valid and test must be disjoint works, some left; missing: {missing}")
+
+# %% ../notebooks/00a_data.ipynb #c018s
+@dataclass
+class Corpus:
+    "A vocabulary and the (S,) ids of the train, validation and test splits."
+
+    vocab: CharVocab
+    train: torch.Tensor
+    valid: torch.Tensor
+    test: torch.Tensor
+
+
+def split_works(texts: dict, valid: tuple, test: tuple) -> Corpus:
+    """Train on every work but the held-out ones; each split is its works joined by a newline, in
+    name order."""
+    check_held_out(texts, valid, test)
+    vocab = CharVocab("".join(texts.values()))
+    join = lambda names: vocab.encode("\n".join(texts[n] for n in sorted(names)))
+    return Corpus(vocab, join(set(texts) - set(valid) - set(test)), join(valid), join(test))
+
+
+def split_by_work(works: Works, cache_dir=None) -> Corpus:
+    "The pinned `works`, read (digest checked) and split by whole works as `works` names them."
+    return split_works(read_works(works, cache_dir), works.valid, works.test)
+
 # %% ../notebooks/00a_data.ipynb #c020
 IGNORE = -100  # targets with this value are not scored (cross_entropy's ignore_index)
 
@@ -274,7 +306,7 @@ def token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return loss.view_as(targets)
 
 
-def mean_loss(loss: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean of the per-token `losses` (B, T) over the scored targets; NaN when none is scored (the
-    mean of nothing, as torch's mean of an empty tensor), never a loss of 0."""
-    return loss.sum() / (targets != IGNORE).sum()
+def mean_loss(loss: torch.Tensor | None, targets: torch.Tensor | None) -> torch.Tensor | None:
+    """Mean of the per-token `losses` (B, T) over the scored targets, None without targets; NaN when
+    none is scored (the mean of nothing, as torch's mean of an empty tensor), never a loss of 0."""
+    return None if targets is None else loss.sum() / (targets != IGNORE).sum()

@@ -24,7 +24,7 @@ from .vanilla import feed_forward
 from .memory import update_memory, run_layers
 from .positions import relative_positions
 from .attention import RelativeMultiHeadAttention, attention_mask
-from .cache import InferenceCache  # txl_lib.cache: it needs nothing of this module
+from .cache import InferenceCache
 
 # %% ../notebooks/06_model.ipynb #c005
 @dataclass(frozen=True)
@@ -196,8 +196,8 @@ class PretrainedModel(nn.Module):
             check_token_ids("targets", targets, self.config.n_token, (B, T), like)
         check_mems(mems, self.memory_shapes(B), like)
         check_type("checkpoint_activations", self.checkpoint_activations, bool, "True or False")
-        if cache is not None and not (hasattr(self, "new_cache") and type(cache) is InferenceCache):
-            raise TypeError("cache must be None, or model.new_cache() where the model has one")
+        if cache is not None:  # the model's own kind, given the memory it returned last
+            InferenceCache.check(cache, self, mems)
         return B, T
 
     def save_pretrained(self, folder, vocab: list[str] | None = None) -> Path:
@@ -227,8 +227,7 @@ class TransformerXL(PretrainedModel):
     config_class = TXLConfig  # each later chapter's model has a config class of its own
 
     def __init__(self, config: TXLConfig):
-        super().__init__(config)
-        c = config
+        super().__init__(c := config)
         self.word_emb, head = self.embedding_and_head(c)
         self.drop = nn.Dropout(c.dropout)
         self.layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.n_layer))
@@ -240,16 +239,17 @@ class TransformerXL(PretrainedModel):
     def forward(self, input_ids, mems: list | None = None, targets=None, cache=None) -> LMOutput:
         "input_ids (B, T), mems None or one (B, M, E) per layer -> LMOutput (txl_lib.data)."
         self.check_call(input_ids, mems, targets, cache)
-        if cache is not None:  # an inference cache runs the call (txl_lib.cache)
-            return cache.run(self, input_ids, mems, targets)
         (T, M), c = (input_ids.size(1), 0 if mems is None else mems[0].size(1)), self.config
         x = self.drop(self.embed(input_ids))  # (B, T, E)
-        r = relative_positions(M + T, c.d_model, c.clamp_len, x.device)  # (M+T, E)
-        mask = attention_mask(T, M, c.same_length, c.mem_len, x.device)  # (T, M+T)
-        x, hiddens = run_layers(self, x, self.drop(r.to(x.dtype)), mask, mems)
+        if cache is None:  # R (M+T, E) and the mask (T, M+T) of this call
+            r = self.drop(relative_positions(M + T, c.d_model, c.clamp_len, x.device).to(x.dtype))
+            mask, caches = attention_mask(T, M, c.same_length, c.mem_len, x.device), None
+        else:  # chapter 05b's cache: R (at least M+T rows), the mask, each layer's cache
+            r, mask, caches = cache.call_inputs(c, T, M, x)
+        x, hiddens = run_layers(self, x, r, mask, mems, caches)
         logits, loss = self.read_out(self.drop(x), targets)  # (B, T, V), (B, T)
-        mean = None if targets is None else mean_loss(loss, targets)
-        return LMOutput(logits, loss, update_memory(mems, hiddens, c.mem_len), hiddens, mean)
+        new = cache.update(hiddens, c.mem_len) if cache else update_memory(mems, hiddens, c.mem_len)
+        return LMOutput(logits, loss, new, hiddens, mean_loss(loss, targets))
 
     def embedding_and_head(self, c: TXLConfig) -> tuple[nn.Module, nn.Module]:
         "nn.Embedding (V, E) and the read-out Linear (E -> V), tied with tie_weight."
@@ -278,7 +278,7 @@ class TransformerXL(PretrainedModel):
         nn.init.normal_(self.v, 0.0, self.config.init_std)
 
     def new_cache(self):
-        "An empty inference cache for this model (txl_lib.cache; `generate` makes one per call)."
+        "An empty inference cache for this model (chapter 05b; `generate` makes one per call)."
         return InferenceCache(len(self.layers))
 
 # %% ../notebooks/06_model.ipynb #c026
