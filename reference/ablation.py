@@ -1,4 +1,4 @@
-"""Reference run for chapter 06d's second half: why Transformer-XL works, measured on Shakespeare with every model
+"""Reference run for chapter 08b's second half: why Transformer-XL works, measured on Shakespeare with every model
 tuned alike.
 
 The question is which half of Transformer-XL does the work, its relative positions or its memory, and whether a
@@ -38,7 +38,7 @@ characters that have a full window of 64 before them, in segments (one stream, i
 by the paper's sliding window on the same targets.
 
 Speed (the paper's Table 9): the operations per predicted character of the `xl` body at an attention length of 3,800,
-counted (`counted_work`, chapter 06d): recomputing the context for each prediction against reading a segment with a
+counted (`counted_work`, chapter 08b): recomputing the context for each prediction against reading a segment with a
 memory, projected again or through the inference cache, stored as `speed` in `results.json`.
 
 Run from the repository root: `python reference/ablation.py` (or `make reference`); two worker processes, one thread

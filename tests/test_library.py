@@ -443,11 +443,11 @@ def test_every_python_block_shown_to_readers_runs_as_shown(where, code, tmp_path
     exec(compile(code, where, "exec"), {})
 
 
-def test_the_readme_figure_is_the_one_chapter_06d_stored():
+def test_the_readme_figure_is_the_one_chapter_08b_stored():
     root = Path(__file__).parents[1]
     readme = (root / "README.md").read_text()
     assert "](docs/figures/loss_by_position.png)" in readme
-    cells = json.loads((root / "notebooks" / "06d_real_text.ipynb").read_text())["cells"]
+    cells = json.loads((root / "notebooks" / "08b_real_text.ipynb").read_text())["cells"]
     stored = [
         base64.b64decode(out["data"]["image/png"])
         for cell in cells

@@ -14,13 +14,6 @@ NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("[0-9]*.ipy
 MAX_CELLS = 70
 DEFAULT_EXP = re.compile(r"^#\|\s*default_exp\s+(\S+)", re.M)
 
-# Chapters that still import a later chapter's module, each expected to fail (strictly: fixing one
-# makes the suite say so). 06d loads the
-# stored models of its reference run with `from_pretrained` (txl_lib.pretrained, chapter 10a), some
-# of them chapter 08's classes.
-LATER_IMPORTS_LEFT = ["06d_real_text"]
-
-
 def cells(path: Path) -> list[dict]:
     return json.loads(path.read_text(encoding="utf-8"))["cells"]
 
@@ -73,16 +66,7 @@ def test_the_module_map_is_read_from_the_notebooks():
     assert chapters["txl_lib"] == "12a_top_level" and len(chapters) >= 25
 
 
-@pytest.mark.parametrize(
-    "path",
-    [
-        pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="later import left"))
-        if p.stem in LATER_IMPORTS_LEFT
-        else p
-        for p in NOTEBOOKS
-    ],
-    ids=lambda p: p.stem,
-)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_no_chapter_imports_a_later_chapters_module(path):
     assert later_imports(path) == []
 

@@ -1,4 +1,4 @@
-"""Chapter 06d's reader of the reference run's results, and chapter 00's comparison rule, against
+"""Chapter 08b's reader of the reference run's results, and chapter 00's comparison rule, against
 hand-made files and a hand computation."""
 
 import json
