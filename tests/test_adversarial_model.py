@@ -180,9 +180,9 @@ def test_meta_model_or_ids_are_a_clear_error(saved):
     model, _ = saved
     with torch.device("meta"):
         skeleton = TransformerXL(TXLConfig(**CONFIG))
-    with pytest.raises(ValueError, match="prompt_ids are on cpu, the model on meta"):
+    with pytest.raises(ValueError, match="input_ids are on cpu, the model on meta"):
         skeleton.generate(torch.zeros(1, 2, dtype=torch.long), 3)
-    with pytest.raises(ValueError, match="prompt_ids are on meta, the model on cpu"):
+    with pytest.raises(ValueError, match="input_ids are on meta, the model on cpu"):
         model.generate(torch.zeros(1, 2, dtype=torch.long, device="meta"), 3)
 
 

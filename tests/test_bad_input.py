@@ -200,7 +200,21 @@ CASES = [
         ValueError,
         "max_new_tokens",
     ),
-    ("float prompt", lambda e: e.model.generate(e.ids.float(), 3), TypeError, "prompt_ids"),
+    ("float prompt", lambda e: e.model.generate(e.ids.float(), 3), TypeError, "input_ids"),
+    (
+        "do_sample not a bool",
+        lambda e: e.model.generate(e.ids, 3, do_sample=1),
+        TypeError,
+        "do_sample must be True (sample) or False (greedy)",
+    ),
+    ("top_p 0", lambda e: e.model.generate(e.ids, 3, top_p=0), ValueError, "top_p"),
+    ("top_p above 1", lambda e: e.model.generate(e.ids, 3, top_p=1.5), ValueError, "(0, 1]"),
+    (
+        "an unknown sampling option",
+        lambda e: e.model.generate(e.ids, 3, top_q=0.5),
+        TypeError,
+        "top_q",
+    ),
     # building blocks: inner calls (update_memory, relative_positions, rel_shift) check nothing:
     # their callers do; a function of the user's own still fails where its input cannot make sense
     (

@@ -1,11 +1,13 @@
 """Chapter 12: one factory, one save/load in safetensors + config.json, generate for every kind,
 the top level."""
 
-import base64, hashlib, importlib.metadata, json, os, re
+import base64, dataclasses, hashlib, importlib.metadata, json, os, re
 from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 
 import txl_lib
@@ -21,7 +23,7 @@ from txl_lib import (
     config_from_dict,
 )
 from txl_lib.serialization import save_checkpoint
-from txl_lib.model import TransformerXL
+from txl_lib.model import TransformerXL, nucleus
 from txl_lib.variants import PositionVariantLM
 from txl_lib.adaptive import AdaptiveTransformerXL
 from txl_lib.knn import KNNTransformerXL
@@ -299,6 +301,7 @@ def test_the_readme_example_runs_as_written(tmp_path, monkeypatch, capsys):
     assert sorted(p.name for p in (tmp_path / "tiny").iterdir()) == [
         "config.json",
         "model.safetensors",
+        "vocab.json",
     ]
     assert type(namespace["model"]) is TransformerXL
     kinds = {}
@@ -564,3 +567,90 @@ def test_every_model_class_reads_its_own_folders_with_from_pretrained(kind, tmp_
         ValueError, match=f"holds a {type(CLASS_CONFIGS[kind]).__name__}, expected a"
     ):
         type(model).from_pretrained(folder, config=CLASS_CONFIGS[other])
+
+
+@pytest.mark.parametrize("kind", CLASS_CONFIGS)
+def test_outputs_read_by_key_and_position_as_huggingface_model_outputs(kind):
+    "LMOutput's keys, to_tuple, out[key] and out[i] are those of transformers' ModelOutput."
+    from transformers.utils import ModelOutput
+
+    @dataclasses.dataclass
+    class Reference(ModelOutput):  # the same fields, in the same order, HuggingFace's behaviour
+        logits: torch.Tensor | None = None
+        losses: torch.Tensor | None = None
+        mems: list | None = None
+        hiddens: list | None = None
+        loss: torch.Tensor | None = None
+
+    model = build_model(CLASS_CONFIGS[kind])
+    ids = torch.randint(30, (2, 6), generator=torch.Generator().manual_seed(0))
+    for out in (model(ids), model(ids, targets=ids)):
+        expected = Reference(**{f.name: getattr(out, f.name) for f in dataclasses.fields(out)})
+        assert out.keys() == list(expected.keys())
+        assert [id(v) for v in out.to_tuple()] == [id(v) for v in expected.to_tuple()]
+        assert all(out[k] is expected[k] for k in expected.keys())
+        assert all(out[i] is expected[i] for i in range(-len(expected), len(expected)))
+    with pytest.raises(KeyError, match="'loss' is not set in this output"):
+        model(ids)["loss"]
+
+
+@pytest.mark.parametrize("kind", CLASS_CONFIGS)
+def test_configs_to_dict_is_config_json_and_from_dict_reads_it_back(kind, tmp_path):
+    config = CLASS_CONFIGS[kind]
+    folder = build_model(config).save_pretrained(tmp_path / kind)
+    stored = json.loads((folder / "config.json").read_text())
+    assert json.loads(json.dumps(config.to_dict())) == stored  # JSON has lists, not tuples
+    assert type(config).from_dict(stored) == config == type(config).from_dict(config.to_dict())
+    with pytest.raises(ValueError, match=r"does not have: \['colour'\]"):
+        type(config).from_dict({**config.to_dict(), "colour": 1})
+
+
+@pytest.mark.parametrize("kind", CLASS_CONFIGS)
+def test_from_pretrained_moves_the_model_to_the_dtype_and_device_asked(kind, tmp_path):
+    model = build_model(CLASS_CONFIGS[kind])
+    folder = model.save_pretrained(tmp_path / kind)
+    for load in (from_pretrained, type(model).from_pretrained):
+        double = load(folder, device="cpu", dtype=torch.float64)
+        assert {(p.dtype, p.device.type) for p in double.parameters()} == {(torch.float64, "cpu")}
+        expected = model.double().state_dict()  # the saved weights, converted here
+        assert all(torch.equal(expected[k], v) for k, v in double.state_dict().items())
+        model.float()
+    with pytest.raises(TypeError, match="dtype must be None or a torch.dtype"):
+        from_pretrained(folder, dtype="float64")
+
+
+def test_generate_is_greedy_without_do_sample_and_cuts_to_top_p():
+    "do_sample=False equals temperature 0; a top_p cut never draws a token outside the nucleus."
+    model = build_model(CLASS_CONFIGS["txl"])
+    prompt = torch.randint(30, (3, 4), generator=torch.Generator().manual_seed(0))
+    greedy = model.generate(prompt, 6, do_sample=False, temperature=0.7, top_p=0.3)
+    assert torch.equal(greedy, model.generate(prompt, 6, temperature=0))
+    drawn = model.generate(prompt, 1, top_p=1e-6, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(drawn, model.generate(prompt, 1, temperature=0))  # only the likeliest left
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(-5, 5), min_size=2, max_size=12, unique=True), st.floats(0.01, 1.0))
+def test_nucleus_keeps_what_huggingfaces_top_p_keeps(scores, top_p):
+    "The tokens `nucleus` keeps are those transformers' TopPLogitsWarper leaves finite."
+    from transformers.generation.logits_process import TopPLogitsWarper
+
+    logits = torch.tensor([scores], dtype=torch.float64)
+    ranked = logits.softmax(-1).sort(descending=True).values
+    assume(bool((ranked.cumsum(-1) - top_p).abs().min() > 1e-9))  # not a rounding from the cut
+    assume(bool((ranked[:, :-1] - ranked[:, 1:]).min() > 1e-9))  # no tie: either could be kept
+    kept = nucleus(logits.softmax(-1), top_p) > 0
+    reference = TopPLogitsWarper(top_p, min_tokens_to_keep=1)(None, logits).isfinite()
+    assert torch.equal(kept, reference)
+
+
+def test_a_folder_saved_with_its_vocabulary_samples_text_from_the_command_line(tmp_path):
+    "save_pretrained(folder, vocab=...) is all `generate --checkpoint folder` needs; without: told."
+    from txl_lib.generate_cli import load_run
+
+    vocab = txl_lib.CharVocab("abcdefgh ")
+    model = build_model(TXLConfig.tiny(n_token=len(vocab.itos)))
+    loaded_vocab, loaded = load_run(str(model.save_pretrained(tmp_path / "with", vocab.itos)))
+    assert loaded_vocab.itos == vocab.itos and type(loaded) is TransformerXL
+    with pytest.raises(FileNotFoundError, match=r"save_pretrained\(folder, vocab=vocab.itos\)"):
+        load_run(str(model.save_pretrained(tmp_path / "without")))

@@ -107,3 +107,17 @@ def test_a_later_import_is_found(tmp_path):
         "txl_lib (chapter 12a_top_level)",
         "txl_lib.cache (chapter 05b_frozen_layers)",
     ]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_notebook_names_the_kernel_jupyterlab_writes(path):
+    "The kernelspec ipykernel installs, as JupyterLab saves it: a notebook opens unmodified."
+    from ipykernel.kernelspec import get_kernel_dict
+
+    installed = get_kernel_dict()
+    kernelspec = json.loads(path.read_text(encoding="utf-8"))["metadata"]["kernelspec"]
+    assert kernelspec == {
+        "display_name": installed["display_name"],
+        "language": installed["language"],
+        "name": "python3",
+    }

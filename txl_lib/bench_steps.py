@@ -272,13 +272,15 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--lengths",
         type=int,
         nargs="+",
-        help="attention lengths L (128 256 512 1024; --quick: 48 96)",
+        help="attention lengths L (default: 128 256 512 1024; --quick: 48 96)",
     )
     parser.add_argument(
-        "--tgt-len", type=int, help="segment length T of segment evaluation (64; --quick: 16)"
+        "--tgt-len",
+        type=int,
+        help="segment length T of segment evaluation (default: 64; --quick: 16)",
     )
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--repeats", type=int, help="timed repeats (3; --quick: 2)")
+    parser.add_argument("--batch", type=int, default=4, help="batch size B (default: %(default)s)")
+    parser.add_argument("--repeats", type=int, help="timed repeats (default: 3; --quick: 2)")
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: torch's choice)"
     )

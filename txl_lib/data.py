@@ -10,7 +10,7 @@ __all__ = ['WORKS', 'IGNORE', 'Works', 'default_cache', 'works_archive', 'load_c
 
 # %% ../notebooks/00a_data.ipynb #c001
 import hashlib, io, os, tarfile
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
@@ -289,6 +289,9 @@ class LMOutput:
                segment alone)
     loss       () the mean of `losses` over the scored targets, the scalar to call `.backward()`
                on, as HuggingFace's `loss`; None without targets
+
+    As HuggingFace's `ModelOutput`, it is also read by key (`out["loss"]`) or by position
+    (`out[0]`) over the fields that are set (not None), in the order above: `keys()`, `to_tuple()`.
     """
 
     logits: torch.Tensor | None
@@ -296,6 +299,22 @@ class LMOutput:
     mems: list | None = None
     hiddens: list | None = None
     loss: torch.Tensor | None = None
+
+    def keys(self) -> list[str]:
+        "The names of the fields that are set, in order."
+        return [f.name for f in fields(self) if getattr(self, f.name) is not None]
+
+    def to_tuple(self) -> tuple:
+        "The values of `keys()`, in order."
+        return tuple(getattr(self, name) for name in self.keys())
+
+    def __getitem__(self, key: str | int | slice):
+        "out['loss'] (a field that is set) or out[0] (a position in `to_tuple()`)."
+        if isinstance(key, str):
+            if key not in self.keys():
+                raise KeyError(f"{key!r} is not set in this output; it holds {self.keys()}")
+            return getattr(self, key)
+        return self.to_tuple()[key]
 
 # %% ../notebooks/00a_data.ipynb #c142
 def token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -23,6 +23,8 @@ def check_generate_args(p: argparse.ArgumentParser, args: argparse.Namespace) ->
         p.error(f"--tokens must be >= 0, got {args.tokens}")
     if args.top_k is not None and args.top_k < 1:
         p.error(f"--top-k must be >= 1, got {args.top_k}")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        p.error(f"--top-p must be in (0, 1], got {args.top_p}")
     if not args.prompt:
         p.error("--prompt must hold at least one character of the run's vocabulary, got ''")
     if not 0 <= args.seed < 2**32:
@@ -34,7 +36,10 @@ def read_vocab(path: Path, data: bytes | None) -> CharVocab:
     """A run's vocab.json (`data`: its bytes, None if missing): a sorted JSON list of distinct
     characters."""
     if data is None:
-        raise FileNotFoundError(f"no vocabulary at {path}: pass the run folder, or --vocab")
+        raise FileNotFoundError(
+            f"no vocabulary at {path}: pass a run folder, a folder saved with "
+            "save_pretrained(folder, vocab=vocab.itos), or --vocab FILE"
+        )
     try:
         symbols = json.loads(data.decode("utf-8"))
     except (ValueError, UnicodeDecodeError):
@@ -76,11 +81,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--vocab", default=None, help="the run's vocab.json (default: in the run folder)"
     )
-    p.add_argument("--prompt", default="The ")
-    p.add_argument("--tokens", type=int, default=200)
-    p.add_argument("--temperature", type=float, default=0.8)
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0)
+    default = " (default: %(default)s)"
+    p.add_argument("--prompt", default="The ", help="the text to continue" + default)
+    p.add_argument("--tokens", type=int, default=200, help="tokens to add" + default)
+    warmth = "0 is greedy; higher spreads the draws" + default
+    p.add_argument("--temperature", type=float, default=0.8, help=warmth)
+    p.add_argument("--top-k", type=int, help="draw from the k likeliest tokens only (default: all)")
+    nucleus = "draw from the fewest likeliest tokens whose probability reaches p (default: all)"
+    p.add_argument("--top-p", type=float, help=nucleus)
+    p.add_argument("--seed", type=int, default=0, help="the draws' generator" + default)
     return check_generate_args(p, p.parse_args(argv))
 
 
@@ -145,6 +154,7 @@ def generate_command(argv=None) -> str:
         args.tokens,
         temperature=args.temperature,
         top_k=args.top_k,
+        top_p=args.top_p,
         generator=seed_everything(args.seed),
     )
     text = vocab.decode(ids[0])

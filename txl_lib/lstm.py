@@ -15,12 +15,13 @@ from torch import nn
 
 from .data import LMOutput, token_loss, mean_loss
 from .model import PretrainedModel
+from .serialization import ConfigDicts
 from .utils import check_int, check_number, check_type
 
 # %% ../notebooks/06c_lstm_baseline.ipynb #l006
 @dataclass(frozen=True)
-class LSTMConfig:
-    "Hyper-parameters of the LSTM language model."
+class LSTMConfig(ConfigDicts):
+    "Hyper-parameters of the LSTM language model; `to_dict`, `from_dict` (chapter 00c)."
 
     n_token: int = 128  # V, vocabulary size
     n_layer: int = 2  # stacked LSTM layers

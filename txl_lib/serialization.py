@@ -5,8 +5,9 @@ atomic writes, our folders and checkpoints, the original's and HuggingFace's wei
 
 # %% auto #0
 __all__ = ['FORMAT_VERSION', 'content_sha256', 'save_checksummed', 'read_torch_file', 'read_checksummed', 'tied_groups',
-           'fill_tied', 'build_loaded', 'save_checkpoint', 'load_checkpoint', 'write_pretrained', 'read_saved',
-           'load_saved', 'is_txl_checkpoint', 'is_saved_model', 'folder_format', 'read_listed_tensors']
+           'fill_tied', 'config_dict', 'ConfigDicts', 'build_loaded', 'save_checkpoint', 'load_checkpoint',
+           'write_pretrained', 'read_saved', 'load_saved', 'is_txl_checkpoint', 'is_saved_model', 'folder_format',
+           'read_listed_tensors']
 
 # %% ../notebooks/00c_serialization.ipynb #s002
 import hashlib, json, re, time, warnings
@@ -137,6 +138,25 @@ def check_expected(config, expected, path):
         differ = {k: pair for k, pair in differ.items() if pair[0] != pair[1]}
         raise ValueError(f"{path} holds a model of another config: (expected, found) {differ}")
 
+# %% ../notebooks/00c_serialization.ipynb #s013b
+def config_dict(config) -> dict:
+    "A config as config.json holds it: the library's name, the config's class and its fields."
+    return {"model_type": "txl_lib", "config_class": type(config).__name__, **asdict(config)}
+
+
+class ConfigDicts:
+    """`to_dict` and `from_dict`, as HuggingFace's configs have them, for every config class of the
+    series (chapter 06's `TXLConfig` and its extensions, chapter 06c's `LSTMConfig`)."""
+
+    def to_dict(self) -> dict:
+        "The dict config.json holds (`config_dict`); `from_dict` reads it back."
+        return config_dict(self)
+
+    @classmethod
+    def from_dict(cls, stored: dict):
+        "The config of this class a dict of its fields describes (`to_dict`'s, or fields alone)."
+        return config_of_fields(stored, cls)
+
 # %% ../notebooks/00c_serialization.ipynb #s014
 def build_loaded(path, stored_config, weights: dict, expected, read_config, build) -> nn.Module:
     """The model `build(read_config(stored_config))` holding `weights`, in eval mode: names and
@@ -213,9 +233,7 @@ def write_pretrained(model: nn.Module, folder, vocab: list[str] | None = None) -
     tied_copies = {name for names in tied_groups(model) for name in names[1:]}
     weights = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     weights = {k: v for k, v in weights.items() if k not in tied_copies}
-    config_json = json.dumps(
-        {"model_type": "txl_lib", "config_class": type(config).__name__, **asdict(config)}, indent=1
-    )
+    config_json = json.dumps(config_dict(config), indent=1)
     files = {"config.json": config_json.encode()}
     if vocab is not None:
         files["vocab.json"] = json.dumps(list(vocab)).encode()
