@@ -8,6 +8,7 @@
   a CDN).
 """
 import html as html_text
+import itertools
 import re
 import shutil
 import subprocess
@@ -35,12 +36,13 @@ def chapters(folder=NOTEBOOKS) -> list[Path]:
 
 
 def heading(path: Path) -> tuple[str, str]:
-    "A chapter's title (its first `# ` heading) and subtitle (the `>` line under it)."
+    "A chapter's title (its first `# ` heading) and subtitle (the `>` lines under it, joined)."
     import nbformat
     for cell in nbformat.read(path, as_version=4).cells:
         if cell.cell_type == "markdown" and cell.source.startswith("# "):
-            lines = cell.source.splitlines()
-            return lines[0][2:].strip(), next((l[1:].strip() for l in lines[1:] if l.startswith(">")), "")
+            lines = [line for line in cell.source.splitlines() if line.strip()]
+            quote = itertools.takewhile(lambda line: line.startswith(">"), lines[1:])
+            return lines[0][2:].strip(), " ".join(line[1:].strip() for line in quote)
     raise ValueError(f"{path} has no markdown cell starting with '# ': every chapter needs a title")
 
 

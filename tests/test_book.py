@@ -151,6 +151,22 @@ def test_the_home_page_lists_every_chapter(site):
     ]
 
 
+def test_the_home_page_shows_each_chapters_whole_subtitle(site):
+    "Each row ends where the notebook's quote under its title ends (the quote may span lines)."
+    rows = parsed(site / "index.html").select("article table tbody tr")
+    notebooks = hooks.chapters(ROOT / "notebooks")
+    assert len(rows) == len(notebooks)
+    for row, path in zip(rows, notebooks):
+        sources = [
+            "".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
+        ]
+        title = next(source for source in sources if source.startswith("# "))
+        quote = [line for line in title.splitlines() if line.startswith(">")]
+        last_word = re.findall(r"\w+", quote[-1])[-1]
+        shown = row.find_all("td")[-1].get_text(" ", strip=True)
+        assert re.search(rf"\b{last_word}\W*$", shown), (path.stem, shown)
+
+
 # ---- what the pages hold
 # -----------------------------------------------------------------------------------------
 
