@@ -40,7 +40,7 @@ def test_every_option_has_help_that_shows_its_default(program, monkeypatch, caps
     for action in options:
         assert action.help, f"{action.option_strings}: no help"
         shown = formatter._expand_help(action)
-        if action.default not in (None, False, []):  # None, False, []: the option is not given
+        if not (action.default is None or action.default is False or action.default == []):
             assert f"(default: {action.default})" in shown, (action.option_strings, shown)
 
 

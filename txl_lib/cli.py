@@ -77,7 +77,7 @@ def add_run_arguments(p: argparse.ArgumentParser):
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     overwrite = "replace the run in --out (at its first checkpoint)"
     p.add_argument("--overwrite", action="store_true", help=overwrite)
-    every = "also save a checkpoint every this many steps (default: 0, at the end only)"
+    every = "also save a checkpoint every this many steps; 0: at the end only" + DEFAULT
     p.add_argument("--save-every", type=int, default=0, help=every)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     stop = "save and stop after this step (resume later)"
@@ -85,7 +85,7 @@ def add_run_arguments(p: argparse.ArgumentParser):
 
 # %% ../notebooks/11a_commands.ipynb #c104
 def add_evaluation_arguments(p: argparse.ArgumentParser):
-    every = "validation bits per token every this many steps (default: 0, never)"
+    every = "validation bits per token every this many steps; 0: never" + DEFAULT
     p.add_argument("--eval-every", type=int, default=0, help=every)
     tokens = "tokens of the validation split each evaluation reads" + DEFAULT
     p.add_argument("--eval-tokens", type=int, default=20_000, help=tokens)

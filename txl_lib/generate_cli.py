@@ -15,6 +15,7 @@ from .data import CharVocab
 from .serialization import folder_format, is_saved_model, load_saved, read_torch_file
 from .serialization import read_whole
 from .pretrained import from_pretrained, config_from_dict, build_model
+from .cli import DEFAULT
 
 # %% ../notebooks/11b_generate.ipynb #c301
 def check_generate_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
@@ -81,15 +82,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--vocab", default=None, help="the run's vocab.json (default: in the run folder)"
     )
-    default = " (default: %(default)s)"
-    p.add_argument("--prompt", default="The ", help="the text to continue" + default)
-    p.add_argument("--tokens", type=int, default=200, help="tokens to add" + default)
-    warmth = "0 is greedy; higher spreads the draws" + default
+    p.add_argument("--prompt", default="The ", help="the text to continue" + DEFAULT)
+    p.add_argument("--tokens", type=int, default=200, help="tokens to add" + DEFAULT)
+    warmth = "0 is greedy; higher spreads the draws" + DEFAULT
     p.add_argument("--temperature", type=float, default=0.8, help=warmth)
     p.add_argument("--top-k", type=int, help="draw from the k likeliest tokens only (default: all)")
     nucleus = "draw from the fewest likeliest tokens whose probability reaches p (default: all)"
     p.add_argument("--top-p", type=float, help=nucleus)
-    p.add_argument("--seed", type=int, default=0, help="the draws' generator" + default)
+    p.add_argument("--seed", type=int, default=0, help="the draws' generator" + DEFAULT)
     return check_generate_args(p, p.parse_args(argv))
 
 
