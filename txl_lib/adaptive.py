@@ -114,26 +114,34 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
     def cluster_log_probs(self, hidden: torch.Tensor, k: int) -> torch.Tensor:
         """hidden (n_rows, d_proj) -> log-softmax over cluster k's words (n_rows, n_k); k = 0 adds a
         column per tail cluster (the head's rows, then `cluster_weight`'s)."""
+        weight: torch.Tensor
+        bias: torch.Tensor
         weight, bias = self.outputs[min(k, len(self.outputs) - 1)].parameters()
         if len(self.outputs) == 1:  # one table when div_val = 1: cluster k is a slice of it
             sizes = [hi - lo for lo, hi in self.bounds]
             weight, bias = weight.split(sizes)[k], bias.split(sizes)[k]
-        if k == 0 and self.cluster_weight is not None:
+        if k == 0 and self.cluster_weight is not None and self.cluster_bias is not None:
             weight = torch.cat([weight, self.cluster_weight])
             bias = torch.cat([bias, self.cluster_bias])
-        if len(self.projections):
-            hidden = hidden @ self.projections[k]  # (n_rows, d_k)
+        hidden = hidden @ self.projections[k] if len(self.projections) else hidden  # (n_rows, d_k)
         return F.log_softmax(F.linear(hidden, weight, bias).float(), dim=-1)
 
 # %% ../notebooks/09_adaptive_softmax.ipynb #c213
 @dataclass(frozen=True)
 class AdaptiveConfig(TXLConfig):
-    "TXLConfig with the adaptive embedding and softmax: clusters and a projected embedding."
+    """TXLConfig with the adaptive embedding and softmax: clusters and a projected embedding.
 
-    cutoffs: tuple = ()  # cluster boundaries; (): one cluster (a projected embedding alone)
-    div_val: int = 1  # cluster k embeds in d_embed // div_val**k dimensions
-    d_embed: int | None = None  # embedding width before its projection to d_model (None: d_model)
-    tie_projs: tuple = ()  # per cluster: the softmax shares the embedding's projection
+    Attributes:
+        cutoffs: Cluster boundaries in the vocabulary; () is one cluster (a projected embedding).
+        div_val: Cluster k embeds in d_embed // div_val**k dimensions.
+        d_embed: Embedding width before its projection to d_model (None: d_model).
+        tie_projs: Per tail cluster, whether the softmax shares the embedding's projection.
+    """
+
+    cutoffs: tuple = ()
+    div_val: int = 1
+    d_embed: int | None = None
+    tie_projs: tuple = ()
 
     def __post_init__(self):
         """Lists (from JSON) become tuples; TXLConfig's checks; cutoffs increasing inside
@@ -195,8 +203,13 @@ class AdaptiveTransformerXL(TransformerXL):
     returned without targets."""
 
     config_class = AdaptiveConfig
+    word_emb: AdaptiveEmbedding  # made by embedding_and_head
+    head: ProjectedAdaptiveLogSoftmax
 
-    def embedding_and_head(self, c: AdaptiveConfig):
+    def embedding_and_head(  # type: ignore[override]  # its config's kind
+        self, c: AdaptiveConfig
+    ) -> tuple[nn.Module, nn.Module]:
+        "As `TransformerXL.embedding_and_head`: the adaptive embedding and softmax, tied per `c`."
         embedding = AdaptiveEmbedding(c.n_token, c.embed_width, c.d_model, c.cutoffs, c.div_val)
         softmax = ProjectedAdaptiveLogSoftmax(
             c.n_token, c.embed_width, c.d_model, c.cutoffs, c.div_val
@@ -204,20 +217,24 @@ class AdaptiveTransformerXL(TransformerXL):
         tie_adaptive(embedding, softmax, c.tie_weight, c.tie_projs)
         return embedding, softmax
 
-    def reset_parameters(self):
+    def reset_parameters(self) -> None:
+        "As `TransformerXL.reset_parameters`; projections and cluster rows as the original's."
         super().reset_parameters()
         for p in [*self.word_emb.projections, *self.head.projections]:
             nn.init.normal_(p, 0.0, PROJ_INIT_STD)
         if self.head.cluster_weight is not None:
             nn.init.normal_(self.head.cluster_weight, 0.0, self.config.init_std)
-            nn.init.zeros_(self.head.cluster_bias)
+            nn.init.zeros_(self.head.cluster_bias)  # type: ignore[arg-type]  # made with the weight
 
-    def embed(self, input_ids):
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """As `TransformerXL.embed`: the adaptive embedding, scaled by sqrt(E) inside."""
         return self.word_emb(input_ids)  # scaled by sqrt(E) inside
 
-    def read_out(self, x, targets):
-        """x (B, T, E) -> log-probabilities (B, T, V) without targets; with targets, None and the
-        NLL (B, T)."""
+    def read_out(
+        self, x: torch.Tensor, targets: torch.Tensor | None
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """As `TransformerXL.read_out`: log-probabilities (B, T, V) without targets; with targets,
+        None and the NLL (B, T)."""
         if targets is None:
             return self.head.log_probs(x.flatten(0, 1)).view(*x.shape[:2], -1), None
         return None, self.head(x.flatten(0, 1), targets.flatten()).view_as(targets)
@@ -246,7 +263,8 @@ def rename_adaptive(state_dict: dict, source: str) -> dict:
     """An adaptive model's state dict (`source` 'original' or 'hf') under our names, tail-cluster
     rows in our order."""
     state = {k.removeprefix("transformer."): v for k, v in state_dict.items()}
-    ours, rest = {}, {}
+    ours: dict[str, torch.Tensor] = {}
+    rest: dict[str, torch.Tensor] = {}
     for key, value in state.items():
         rule = next(((p, r) for p, r in _ADAPTIVE_RENAMES if re.fullmatch(p, key)), None)
         (ours.__setitem__(re.sub(*rule, key), value) if rule else rest.__setitem__(key, value))
@@ -297,12 +315,16 @@ def adaptive_config_from_hf(hf_config) -> AdaptiveConfig:
         d_embed=None if c["d_embed"] == c["d_model"] else c["d_embed"],
     )
 
+# %% ../notebooks/09_adaptive_softmax.ipynb #c030w
+WORD = re.compile(r"\w+|[^\w\s]")  # a word, or one mark of punctuation
+
 # %% ../notebooks/09_adaptive_softmax.ipynb #c030
-WORD = re.compile(r"\w+|[^\w\s]")
-
-
 class WordVocab:
-    "Words and punctuation marks of a text; id 0 is the most frequent, ties broken alphabetically."
+    """Words and punctuation marks of a text; id 0 is the most frequent, ties broken alphabetically.
+
+    Args:
+        text: The text whose words make the vocabulary.
+    """
 
     def __init__(self, text: str):
         check_type("text", text, str, "a str")
@@ -316,7 +338,14 @@ class WordVocab:
         return len(self.itos)
 
     def encode(self, text: str) -> torch.Tensor:
-        "Ids of the words of `text`, a (S,) int64 tensor."
+        """Ids of the words of a text.
+
+        Args:
+            text: Words the vocabulary knows (another is an error naming it).
+
+        Returns:
+            (S,) int64 ids.
+        """
         check_type("text", text, str, "a str")
         words = WORD.findall(text)
         unknown = sorted(set(words) - self.stoi.keys())
@@ -326,8 +355,15 @@ class WordVocab:
             )
         return torch.tensor([self.stoi[w] for w in words], dtype=torch.long)
 
-    def decode(self, ids) -> str:
-        "The words of a 1-D sequence of ids in [0, len(vocab)), separated by spaces."
+    def decode(self, ids: torch.Tensor | list[int]) -> str:
+        """The words of a sequence of ids, separated by spaces.
+
+        Args:
+            ids: A 1-D sequence of ids in [0, len(vocab)) (tensor or list).
+
+        Returns:
+            The text.
+        """
         ids = torch.as_tensor(ids).tolist()
         if not isinstance(ids, list) or not all(type(i) is int and 0 <= i < len(self) for i in ids):
             raise ValueError(f"ids {ids}: not 1-D, or outside the vocabulary [0, {len(self)})")

@@ -502,11 +502,12 @@ def run(args: argparse.Namespace) -> dict:
     device, out = check_device(args.device), Path(args.out)
     rank, world = setup_distributed(args.device)
     with run_lock(out) if rank == 0 else contextlib.nullcontext():
-        state = (
-            read_state(out, args, world) if args.resume else check_fresh_folder(out, args.overwrite)
-        )
+        if not args.resume:
+            check_fresh_folder(out, args.overwrite)
+        state = read_state(out, args, world) if args.resume else None
         corpus, model, optimizer, schedule, streams = build_run(args, rank, world, device)
-        start, log = (0, 0, None), {"loss": [], "eval": []}
+        start: tuple = (0, 0, None)
+        log: dict[str, list] = {"loss": [], "eval": []}
         if state is not None:
             check_same_data(state, corpus, out)
             check_same_model(state, model, out)
@@ -646,7 +647,7 @@ def open_lock(lock: Path) -> int:
 def lock_exclusively(fd: int):
     """An exclusive lock on the open file `fd`, held until it closes (flock; on Windows, msvcrt's
     lock of its first byte); BlockingIOError if another process holds it."""
-    if os.name == "nt":  # fcntl exists only on POSIX systems: imported where it is used
+    if sys.platform == "win32":  # fcntl exists only on POSIX systems: imported where it is used
         import msvcrt
 
         try:

@@ -35,7 +35,8 @@ _IGNORED = {"pos_emb.inv_freq"}
 def rename_original(state_dict: dict) -> dict:
     """The original's state dict under our names; per-layer r_w_bias / r_r_bias stacked into u, v
     (n_layer, H, D)."""
-    ours, per_layer, unknown = {}, {"u": {}, "v": {}}, []
+    ours, unknown = {}, []
+    per_layer: dict[str, dict[int, torch.Tensor]] = {"u": {}, "v": {}}
     for key, value in state_dict.items():
         if key in _IGNORED:
             continue
@@ -65,8 +66,15 @@ def rename_original(state_dict: dict) -> dict:
 
 # %% ../notebooks/06a_original_checkpoints.ipynb #c007b
 def from_original(state_dict: dict, config: TXLConfig) -> TransformerXL:
-    """A `TransformerXL` with `config` holding the original code's `state_dict` (attention type 0,
-    no adaptive softmax), in eval mode."""
+    """A `TransformerXL` holding the original code's weights (type 0, no adaptive softmax).
+
+    Args:
+        state_dict: The original's `state_dict()`, under its names.
+        config: The config the original model was made with.
+
+    Returns:
+        The model, in eval mode.
+    """
     check_type("config", config, TXLConfig, "a TXLConfig")
     weights = rename_original(state_dict)
     return build_loaded("the state dict", config, weights, None, lambda c: c, TransformerXL)

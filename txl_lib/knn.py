@@ -10,6 +10,7 @@ __all__ = ['RECALL_MODELS', 'RECALL_RECIPE', 'KNNMemory', 'add_pairs', 'search_p
 # %% ../notebooks/10_knn_memory.ipynb #c001
 import copy, dataclasses, itertools, json
 from dataclasses import dataclass
+from typing import Any, cast
 from pathlib import Path
 
 import torch
@@ -60,7 +61,7 @@ class KNNMemory:
         self.values = torch.zeros_like(self.keys)  # (B, H, C, D)
         self.length = torch.zeros(batch_size, dtype=torch.long, device=device)  # pairs per stream
         self.next = torch.zeros_like(self.length)  # next slot
-        self._token, self._tip = object(), [None]  # copy-on-write: see `add`
+        self._token, self._tip = object(), [None]  # type: object, list[object]  # see `add`
 
     @property
     def capacity(self) -> int:
@@ -172,7 +173,9 @@ class KNNAttention(RelativeMultiHeadAttention):
     def retrieved(self, query: torch.Tensor) -> torch.Tensor:
         """Attention of query (B, H, T, D) over its top-k pairs in the store: (B, H, T, D), 0 where
         none was found."""
-        keys, values, found = self.store.search(query, self.top_k)  # (B,H,T,k,D) x2, (B,H,T,k)
+        keys, values, found = cast(KNNMemory, self.store).search(
+            query, self.top_k
+        )  # (B,H,T,k,D) x2, (B,H,T,k)
         score = torch.einsum("bhtd,bhtkd->bhtk", query, keys).float() * self.scale
         prob = score.masked_fill(~found, torch.finfo(score.dtype).min).softmax(-1) * found
         return torch.einsum("bhtk,bhtkd->bhtd", prob.to(values.dtype), values)
@@ -198,12 +201,17 @@ class KNNAttention(RelativeMultiHeadAttention):
 # %% ../notebooks/10_knn_memory.ipynb #c112
 @dataclass(frozen=True)
 class KNNConfig(TXLConfig):
-    "TXLConfig with a KNN memory (Memorizing Transformers) in one layer."
+    """TXLConfig with a KNN memory (Memorizing Transformers) in one layer.
 
-    # the layer that also attends to the KNN memory (required: an index < n_layer)
+    Attributes:
+        knn_layer: The layer that also attends to the KNN memory (required: an index < n_layer).
+        knn_capacity: (key, value) pairs the memory keeps per stream.
+        knn_top_k: Pairs each query retrieves.
+    """
+
     knn_layer: int | None = None
-    knn_capacity: int = 1024  # (key, value) pairs kept per stream
-    knn_top_k: int = 32  # pairs each query retrieves
+    knn_capacity: int = 1024
+    knn_top_k: int = 32
 
     def __post_init__(self):
         "TXLConfig's checks; knn_layer a layer index; top-k in [1, capacity]."
@@ -233,7 +241,7 @@ class KNNTransformerXL(TransformerXL):
         c = config
         kwargs = dict(dropout=c.dropout, dropatt=c.dropatt, pre_lnorm=c.pre_lnorm)
         knn = KNNAttention(c.d_model, c.n_head, c.d_head, c.knn_top_k, **kwargs)
-        self.layers[c.knn_layer] = DecoderLayer(c, attention=knn)
+        self.layers[cast(int, c.knn_layer)] = DecoderLayer(c, attention=knn)  # checked: an int
         self.reset_parameters()
 
     @property
@@ -242,21 +250,23 @@ class KNNTransformerXL(TransformerXL):
         return self.layers[self.config.knn_layer].attn
 
     def empty_store(self, batch_size: int) -> KNNMemory:
+        "An empty KNN store: B streams of `knn_capacity` pairs, on the model's device and dtype."
         c, w = self.config, self.u
         return KNNMemory(batch_size, c.n_head, c.d_head, c.knn_capacity, w.device, w.dtype)
 
     def init_mems(self, batch_size: int) -> KNNMems:
-        """An explicit empty memory, (B, 0, E) per layer and an empty store: the same as passing
-        `mems=None`."""
+        """As `TransformerXL.init_mems`, with an empty store: the same as passing `mems=None`."""
         return KNNMems(super().init_mems(batch_size), self.empty_store(batch_size))
 
-    def forward(self, input_ids, mems: KNNMems | None = None, targets=None, cache=None) -> LMOutput:
-        """As TransformerXL.forward; mems None (new documents) or the previous call's KNNMems;
+    def forward(self, input_ids, mems: list | None = None, targets=None, cache=None) -> LMOutput:
+        """As `TransformerXL.forward`; mems None (new documents) or the previous call's KNNMems;
         out.mems a new KNNMems."""
         attention = self.knn_attention
         try:  # TransformerXL.forward's first line, check_call, hands the store to the layer
             out = TransformerXL.forward(self, input_ids, mems, targets, cache)
-            return dataclasses.replace(out, mems=KNNMems(out.mems, attention.store))
+            return dataclasses.replace(
+                out, mems=KNNMems(out.mems, cast(KNNMemory, attention.store))
+            )
         finally:
             attention.store, attention.evict = None, 0
 
@@ -264,10 +274,8 @@ class KNNTransformerXL(TransformerXL):
         """TransformerXL's checks, no recomputation, a store in mems that fits; then that store (an
         empty one for new documents) handed to the KNN layer for this call."""
         B, T = super().check_call(input_ids, mems, targets, cache)
-        c, store = (
-            self.config,
-            self.empty_store(B) if mems is None else getattr(mems, "store", None),
-        )
+        store: Any = self.empty_store(B) if mems is None else getattr(mems, "store", None)
+        c = self.config
         if self.checkpoint_activations:
             raise ValueError(
                 "a KNNTransformerXL cannot recompute layers: its store changes in forward"
@@ -314,7 +322,8 @@ def load_recall_reference(folder) -> tuple[dict, dict]:
         raise ValueError(
             f"{folder}/training_log.json is not a reference training log: make reference"
         )
-    weights, models = read_listed_tensors(folder, "models.safetensors"), {}
+    weights = read_listed_tensors(folder, "models.safetensors")
+    models: dict[str, list[TransformerXL]] = {}
     for name, with_knn in RECALL_MODELS.items():
         config, build = recall_config(with_knn), KNNTransformerXL if with_knn else TransformerXL
         if log["configs"].get(name) != json.loads(json.dumps(config.__dict__)):

@@ -9,6 +9,7 @@ __all__ = ['LSTMConfig', 'LSTMLM']
 # %% ../notebooks/06c_lstm_baseline.ipynb #l003
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -21,14 +22,23 @@ from .utils import check_int, check_number, check_type
 # %% ../notebooks/06c_lstm_baseline.ipynb #l006
 @dataclass(frozen=True)
 class LSTMConfig(ConfigDicts):
-    "Hyper-parameters of the LSTM language model; `to_dict`, `from_dict` (chapter 00c)."
+    """Hyper-parameters of the LSTM language model; `to_dict`, `from_dict` (chapter 00c).
 
-    n_token: int = 128  # V, vocabulary size
-    n_layer: int = 2  # stacked LSTM layers
-    d_model: int = 64  # E, embedding and hidden width
-    dropout: float = 0.0  # on the embedding, between layers and before the read-out
-    tie_weight: bool = True  # read-out weight = embedding weight
-    tgt_len: int = 32  # T, the segment length it trains on (backpropagation through T steps)
+    Attributes:
+        n_token: V, the vocabulary size.
+        n_layer: Stacked LSTM layers.
+        d_model: E, the embedding and hidden width.
+        dropout: Dropout on the embedding, between layers and before the read-out.
+        tie_weight: Whether the read-out weight is the embedding weight.
+        tgt_len: T, the segment length it trains on (backpropagation through T steps).
+    """
+
+    n_token: int = 128
+    n_layer: int = 2
+    d_model: int = 64
+    dropout: float = 0.0
+    tie_weight: bool = True
+    tgt_len: int = 32
 
     def __post_init__(self):
         "Sizes ints >= 1, dropout a number in [0, 1), tie_weight a bool."
@@ -62,14 +72,17 @@ class LSTMLM(PretrainedModel):
             self.head.weight = self.embed.weight
 
     def memory_shapes(self, batch_size: int) -> list[tuple]:
-        "The state [h, c]: two (B, n_layer, E) tensors."
+        """As `PretrainedModel.memory_shapes`: the state [h, c], two (B, n_layer, E) tensors."""
         return [(batch_size, self.config.n_layer, self.config.d_model)] * 2
 
     def forward(
-        self, input_ids: torch.Tensor, mems: list | None = None, targets=None, cache=None
+        self,
+        input_ids: torch.Tensor,
+        mems: list | None = None,
+        targets: torch.Tensor | None = None,
+        cache: Any = None,
     ) -> LMOutput:
-        """input_ids (B, T) -> logits (B, T, V); mems: [h, c] from the previous segment or None
-        (zeros)."""
+        """As `TransformerXL.forward`; mems: [h, c] from the previous segment, or None (zeros)."""
         self.check_call(input_ids, mems, targets, cache)
         # (n_layer, B, E)
         state = None if mems is None else tuple(m.transpose(0, 1).contiguous() for m in mems)

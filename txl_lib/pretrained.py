@@ -10,6 +10,7 @@ __all__ = ['MODEL_OF_CONFIG', 'CONFIG_CLASSES', 'UNUSED_BEFORE', 'HF_CONFIG_KEYS
 # %% ../notebooks/10a_one_door.ipynb #c002
 import os
 from dataclasses import fields
+from typing import Any
 from pathlib import Path
 
 import torch
@@ -37,9 +38,16 @@ MODEL_OF_CONFIG = {
 }
 
 
-def build_model(config: TXLConfig) -> nn.Module:
-    """The language model `config` describes: TransformerXL, an extension (variants, adaptive, knn),
-    or the LSTM (06c)."""
+def build_model(config: TXLConfig | LSTMConfig) -> nn.Module:
+    """The language model a config describes.
+
+    Args:
+        config: A TXLConfig or one of its extensions (variants, adaptive, knn), or an LSTMConfig.
+
+    Returns:
+        A new TransformerXL, PositionVariantLM, AdaptiveTransformerXL, KNNTransformerXL or LSTMLM,
+        its weights drawn from the global generator.
+    """
     if type(config) not in MODEL_OF_CONFIG:
         raise TypeError(
             f"config must be one of {[c.__name__ for c in MODEL_OF_CONFIG]}, got "
@@ -49,10 +57,23 @@ def build_model(config: TXLConfig) -> nn.Module:
 
 # %% ../notebooks/10a_one_door.ipynb #c016
 def from_pretrained(
-    path, config: TXLConfig | None = None, device=None, dtype: torch.dtype | None = None
+    path: str | os.PathLike,
+    config: TXLConfig | None = None,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | None = None,
 ) -> nn.Module:
-    """A model in eval mode from a save_pretrained folder, a HuggingFace folder, a txl_lib .pt file
-    or an original state dict (which needs `config`), moved to `device` and `dtype` where given."""
+    """A model in eval mode from any of the files and folders the series reads.
+
+    Args:
+        path: A save_pretrained folder, a HuggingFace folder, a txl_lib .pt file, or an original
+            state dict (which needs `config`).
+        config: The config of an original state dict; for another file, the config it must hold.
+        device: Where to move the model (None: the CPU, where it is read).
+        dtype: The floating-point dtype to cast it to (None: as stored).
+
+    Returns:
+        The model, in eval mode.
+    """
     check_type("path", path, (str, os.PathLike), "a str or os.PathLike")
     check_type("config", config, (TXLConfig, type(None)), "None or a TXLConfig")
     check_type("dtype", dtype, (torch.dtype, type(None)), "None or a torch.dtype")
@@ -75,9 +96,16 @@ CONFIG_CLASSES = {config_class.__name__: config_class for config_class in MODEL_
 UNUSED_BEFORE = dict(attn_type=0, cutoffs=[], div_val=1, d_embed=None, tie_projs=[], knn_layer=None)
 
 
-def config_from_dict(stored: dict) -> TXLConfig:
-    """The config a stored dict describes: the class it names, or (earlier versions) the one its
-    used fields need."""
+def config_from_dict(stored: dict) -> TXLConfig | LSTMConfig:
+    """The config a stored dict describes.
+
+    Args:
+        stored: A config.json's dict: the class it names (`config_class`) and its fields; one of an
+            earlier version, without a name, gets the class its fields need.
+
+    Returns:
+        The config.
+    """
     stored = {k: v for k, v in stored.items() if k != "model_type"}
     name = stored.pop("config_class", None)
     if name is not None and name not in CONFIG_CLASSES:
@@ -166,9 +194,15 @@ def read_foreign(path: Path, config: TXLConfig | None) -> TransformerXL:
     return from_state_dict(state, config, source="original", path=path)
 
 # %% ../notebooks/10a_one_door.ipynb #c124
-def from_hf(hf_model) -> nn.Module:
-    """Our model equal to a HuggingFace `TransfoXLLMHeadModel` (transformers 4.37.2), adaptive ones
-    included (txl_lib.adaptive)."""
+def from_hf(hf_model: Any) -> nn.Module:
+    """Our model equal to a HuggingFace Transformer-XL, adaptive ones included (txl_lib.adaptive).
+
+    Args:
+        hf_model: A `TransfoXLLMHeadModel` of transformers 4.37.2.
+
+    Returns:
+        A TransformerXL or AdaptiveTransformerXL holding its weights, in eval mode.
+    """
     c = hf_model.config.to_dict()
     if is_adaptive_hf(c):
         return from_state_dict(hf_model.state_dict(), adaptive_config_from_hf(c), source="hf")

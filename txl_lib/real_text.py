@@ -44,7 +44,7 @@ def read_results(path, fields: tuple = FIELDS) -> dict:
     runs = data.get("runs") if isinstance(data, dict) else None
     if not isinstance(runs, list) or not runs:
         raise ValueError(f"{path} must hold {{'runs': [...]}}, one record per trained model")
-    by_model = {}
+    by_model: dict[str, list] = {}
     for record in runs:
         missing = [f for f in fields if f not in record]
         if missing:

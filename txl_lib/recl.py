@@ -70,13 +70,13 @@ def check_group(losses, r) -> None:
     """A non-empty {name: (C >= 2, n_tokens >= 1) float table of finite losses >= 0}, one shape in
     all, and 0 < r <= 1."""
     check_type("losses", losses, dict, "a dict {model name: (C, n_tokens) tensor}")
-    first = next(iter(losses.values()), None)
+    first_shape = next((loss.shape for loss in losses.values()), None)
     for name, loss in losses.items():
         check_shape(loss, (range(2, MAX_INT), range(1, MAX_INT)), f"losses[{name!r}]")
         valid = loss.is_floating_point() and bool((torch.isfinite(loss) & (loss >= 0)).all())
-        if not valid or loss.shape != first.shape:
+        if not valid or loss.shape != first_shape:
             raise ValueError(f"losses[{name!r}] must be finite float losses >= 0, one shape in all")
-    if first is None:
+    if first_shape is None:
         raise ValueError("losses must hold at least one table")
     check_number("r", r, math.ulp(0), 1, "a number in (0, 1]")
 
@@ -145,7 +145,8 @@ def oracle_losses(
             f"stream ids must lie in [0, {n_keys * (1 + n_values)}) for {n_keys} keys, "
             f"{n_values} values"
         )
-    ids, last_pair = stream.tolist(), {}  # key -> position of its latest pair token
+    ids = stream.tolist()
+    last_pair: dict[int, int] = {}  # key -> position of its latest pair token
     gap, repeat = [float("inf")] * len(ids), [False] * len(ids)
     for t, token in enumerate(ids):
         if token >= n_keys:  # a pair token
@@ -155,10 +156,10 @@ def oracle_losses(
             last_pair[key] = t
     scored = slice(max(contexts), max(contexts) + n_tokens)
     is_key = torch.tensor(ids[scored]) < n_keys  # (n_tokens,)
-    gap, repeat = torch.tensor(gap[scored]), torch.tensor(repeat[scored])
+    gap_scored, repeat_scored = torch.tensor(gap[scored]), torch.tensor(repeat[scored])
     # (C, n_tokens): previous pair token in the window
-    seen = gap[None] <= torch.tensor(contexts)[:, None]
-    p_seen = (1 - rebind) * repeat.double() + rebind / n_values
+    seen = gap_scored[None] <= torch.tensor(contexts)[:, None]
+    p_seen = (1 - rebind) * repeat_scored.double() + rebind / n_values
     p = torch.where(is_key, 1 / n_keys, torch.where(seen, p_seen, 1 / n_values))
     return -p.log().float()
 

@@ -10,8 +10,9 @@ __all__ = ['FORMAT_VERSION', 'content_sha256', 'save_checksummed', 'read_torch_f
            'read_listed_tensors']
 
 # %% ../notebooks/00c_serialization.ipynb #s002
-import hashlib, json, re, time, warnings
+import hashlib, json, os, re, time, warnings
 from dataclasses import asdict, fields, is_dataclass
+from typing import Any, Callable, TypeVar, cast
 from pathlib import Path
 
 import torch
@@ -77,9 +78,10 @@ def read_checksummed(path, keys: set, what: str) -> dict:
     version without a checksum loads with a warning. Anything else is one error naming the file."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"no file at {path}")
-    payload = read_torch_file(path)
-    payload = payload if isinstance(payload, dict) else {}
-    stored, version = payload.pop("sha256", None), payload.get("format")
+    stored_object = read_torch_file(path)
+    payload: dict = stored_object if isinstance(stored_object, dict) else {}
+    stored = payload.pop("sha256", None)
+    version: Any = payload.get("format")
     covered = {3: payload, 2: {k: payload.get(k) for k in keys}}.get(version, payload.get("model"))
     if stored is None and version not in (None, 2):  # format 2 of a run state had none
         raise ValueError(f"{path} is corrupt: its sha256 is missing")
@@ -112,7 +114,10 @@ def fill_tied(model: nn.Module, weights: dict, path) -> dict:
     return weights
 
 # %% ../notebooks/00c_serialization.ipynb #s013
-def config_of_fields(stored: dict, config_class) -> object:
+ModelT = TypeVar("ModelT", bound=nn.Module)
+
+
+def config_of_fields(stored: dict, config_class: type) -> Any:
     """The `config_class` a dict of its fields describes (and names, if it names one); a key the
     class does not have is an error."""
     named = stored.get("config_class", config_class.__name__)
@@ -149,16 +154,29 @@ class ConfigDicts:
     series (chapter 06's `TXLConfig` and its extensions, chapter 06c's `LSTMConfig`)."""
 
     def to_dict(self) -> dict:
-        "The dict config.json holds (`config_dict`); `from_dict` reads it back."
+        """The dict config.json holds (`config_dict`); `from_dict` reads it back.
+
+        Returns:
+            The fields, and the class's name.
+        """
         return config_dict(self)
 
     @classmethod
-    def from_dict(cls, stored: dict):
-        "The config of this class a dict of its fields describes (`to_dict`'s, or fields alone)."
+    def from_dict(cls, stored: dict) -> Any:
+        """The config of this class a dict of its fields describes.
+
+        Args:
+            stored: `to_dict`'s dict, or the fields alone.
+
+        Returns:
+            The config.
+        """
         return config_of_fields(stored, cls)
 
 # %% ../notebooks/00c_serialization.ipynb #s014
-def build_loaded(path, stored_config, weights: dict, expected, read_config, build) -> nn.Module:
+def build_loaded(
+    path, stored_config, weights: dict, expected, read_config, build: Callable[[Any], ModelT]
+) -> ModelT:
     """The model `build(read_config(stored_config))` holding `weights`, in eval mode: names and
     shapes checked on the meta device first; every error names `path`."""
     try:
@@ -188,15 +206,25 @@ def build_loaded(path, stored_config, weights: dict, expected, read_config, buil
     return model.eval()
 
 # %% ../notebooks/00c_serialization.ipynb #s018
-def save_checkpoint(path, model: nn.Module, step: int = 0) -> Path:
-    "Write config, weights and step, with their sha256, to `path` atomically."
-    if not is_dataclass(getattr(model, "config", None)):
+def save_checkpoint(path: str | os.PathLike, model: nn.Module, step: int = 0) -> Path:
+    """Write a model's config and weights and a step, with their sha256, to a file, atomically.
+
+    Args:
+        path: The file to write (its folder must exist).
+        model: A txl_lib model (with a config).
+        step: The training step to store with it.
+
+    Returns:
+        The path written.
+    """
+    config = getattr(model, "config", None)
+    if not is_dataclass(config) or isinstance(config, type):
         raise TypeError(
             f"model must be a txl_lib model (with a config), got {type(model).__name__}"
         )
     if not Path(path).parent.is_dir():
         raise FileNotFoundError(f"cannot save {path}: its folder does not exist")
-    payload = {"config": asdict(model.config), "model": model.state_dict()}
+    payload: dict[str, Any] = {"config": asdict(config), "model": model.state_dict()}
     payload["step"] = check_int("step", step)
     return save_checksummed(path, payload)
 
@@ -215,15 +243,15 @@ SIDE_FILES = ("config.json", "vocab.json")  # beside model.safetensors, which li
 def canonical(data: bytes) -> bytes:
     "A safetensors file with its JSON header's keys sorted: the same model, the same bytes."
     size = int.from_bytes(data[:8], "little")  # the library writes the header's keys in any order
-    header = json.dumps(json.loads(data[8 : 8 + size]), sort_keys=True, separators=(",", ":"))
-    header = header.encode() + b" " * (-len(header) % 8)  # the format pads the header to 8 bytes
+    text = json.dumps(json.loads(data[8 : 8 + size]), sort_keys=True, separators=(",", ":"))
+    header = text.encode() + b" " * (-len(text) % 8)  # the format pads the header to 8 bytes
     return len(header).to_bytes(8, "little") + header + data[8 + size :]
 
 # %% ../notebooks/00c_serialization.ipynb #s021
 def write_pretrained(model: nn.Module, folder, vocab: list[str] | None = None) -> Path:
     """model.safetensors (the weights, tied ones once; the config and the sha256 of weights and
     files as metadata), then config.json and, given the vocabulary, vocab.json."""
-    folder, config = Path(folder), model.config
+    folder, config = Path(folder), cast(Any, model.config)  # a dataclass of the model's chapter
     if vocab is not None and (
         type(vocab) not in (list, tuple) or [type(s) for s in vocab] != [str] * config.n_token
     ):
@@ -318,7 +346,7 @@ def read_saved(weights_file: Path, sides: dict | None = None, attempts: int = 10
         time.sleep(0.05)  # a save in progress replaces the small side files last, in milliseconds
     if problem is not None:
         raise problem
-    data = found.pop(weights_file.name)
+    data = cast(bytes, found.pop(weights_file.name))  # present: save_problem says so
     try:
         tensors = safetensors_load(data)
     except SafetensorError:
@@ -360,7 +388,7 @@ def read_weights(file: Path) -> dict:
     """A safetensors file's tensors, or a torch file's state dict read with weights_only=True;
     anything else is one error naming the file."""
     try:
-        state = safetensors_load_file(file) if file.suffix == ".safetensors" else None
+        state: object = safetensors_load_file(file) if file.suffix == ".safetensors" else None
         state = read_torch_file(file) if state is None else state
     except ValueError as e:  # read_torch_file's one error
         raise ValueError(f"{e}{PICKLED_HINT if 'pickled code' in str(e) else ''}") from None

@@ -5,12 +5,13 @@ losses out."""
 
 # %% auto #0
 __all__ = ['DEFAULT_LR', 'stream_documents', 'document_segments', 'warmup_cosine', 'adam_with_schedule', 'optimizer_step',
-           'training_mode', 'train', 'Evaluation', 'with_config', 'evaluate', 'Validator']
+           'training_mode', 'step_through', 'train', 'Evaluation', 'with_config', 'evaluate', 'Validator']
 
 # %% ../notebooks/00b_training.ipynb #c001
 import copy, itertools, math, sys, warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, is_dataclass, replace
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
@@ -55,9 +56,15 @@ def check_finite(name: str, value: torch.Tensor, step: int):
         )
 
 # %% ../notebooks/00b_training.ipynb #c008
-def stream_documents(streams: torch.Tensor):
-    """Endless documents from (B, S) text streams: the whole stream, inputs and targets shifted by
-    one."""
+def stream_documents(streams: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Endless documents from text streams: the whole stream, inputs and targets shifted by one.
+
+    Args:
+        streams: (B, S) token ids.
+
+    Returns:
+        An endless iterator of (inputs, targets), each (B, S - 1).
+    """
     return itertools.repeat((streams[:, :-1], streams[:, 1:]))
 
 
@@ -132,46 +139,69 @@ def training_mode(model: torch.nn.Module, training: bool = True):
     finally:
         model.train(was_training)
 
+# %% ../notebooks/00b_training.ipynb #c114a
+def step_through(model, segments, steps, optimizer, schedule, clip, bar, evaluator, eval_every):
+    "`train`'s loop: an optimiser step per scored segment, memory carried, until `steps` are taken."
+    history: list[float] = []
+    mems, note = None, ""
+    for inputs, targets, first in segments:
+        if (targets == IGNORE).all():  # e.g. the context part of a task: memory only, no step
+            mems = _forward_without_step(model, inputs, None if first else mems)
+            continue
+        out = model(inputs, mems=None if first else mems, targets=targets)
+        loss = mean_loss(out.losses, targets)
+        optimizer_step(model, optimizer, schedule, loss, clip, len(history) + 1)
+        mems = out.mems
+        history.append(loss.item())
+        if evaluator is not None and len(history) % eval_every == 0:  # eval_every >= 1 here
+            note = f" · eval {evaluator(model, len(history)):.3f}"
+            model.train()
+        bar.set_postfix_str(f" {history[-1] / math.log(2):.3f} bits/token{note}", refresh=False)
+        bar.update()
+        if len(history) == steps:
+            return history
+    warnings.warn(
+        f"train took {len(history)} of {steps} steps: the documents ran out (give "
+        f"more, or endless ones: stream_documents)"
+    )
+    return history
+
 # %% ../notebooks/00b_training.ipynb #c114
 def train(
     model: torch.nn.Module,
-    documents,
+    documents: Iterable[tuple[torch.Tensor, torch.Tensor]],
     steps: int,
     tgt_len: int,
     lr: float = DEFAULT_LR,
     warmup: int | None = None,
     clip: float = 0.25,
     desc: str = "train",
-    evaluator=None,
+    evaluator: Callable[[torch.nn.Module, int], float] | None = None,
     eval_every: int = 0,
 ) -> list[float]:
-    "`steps` optimiser steps, one per segment of `tgt_len` of `documents`, memory carried: losses."
+    """`steps` optimiser steps (Adam, warm-up then cosine), one per segment, memory carried.
+
+    Args:
+        model: A language model of the series (called with `mems` and `targets`).
+        documents: (inputs, targets) pairs, each (B, S), one per document (`stream_documents`).
+        steps: Optimiser steps to take.
+        tgt_len: T, the segment length.
+        lr: The peak learning rate.
+        warmup: Steps of linear warm-up (None: a tenth of `steps`).
+        clip: The gradient norm clipped to.
+        desc: The progress bar's label.
+        evaluator: Called as `evaluator(model, step)` every `eval_every` steps; its number is shown.
+        eval_every: Steps between evaluations (0 without an evaluator).
+
+    Returns:
+        The training loss of each step (nats per token).
+    """
     check_training_args(steps, tgt_len, lr, warmup, clip, evaluator, eval_every)
     optimizer, schedule = adam_with_schedule(model, lr, steps, warmup)
-    history, mems, note = [], None, ""
     with progress(total=steps, desc=desc + " ") as bar, training_mode(model):
-        for inputs, targets, first in scored_segments(documents, tgt_len):
-            if (targets == IGNORE).all():  # e.g. the context part of a task: memory only, no step
-                mems = _forward_without_step(model, inputs, None if first else mems)
-                continue
-            out = model(inputs, mems=None if first else mems, targets=targets)
-            loss = mean_loss(out.losses, targets)
-            optimizer_step(model, optimizer, schedule, loss, clip, len(history) + 1)
-            mems = out.mems
-            history.append(loss.item())
-            if evaluator is not None and len(history) % eval_every == 0:  # eval_every >= 1 here
-                note = f" · eval {evaluator(model, len(history)):.3f}"
-                model.train()
-            bar.set_postfix_str(f" {history[-1] / math.log(2):.3f} bits/token{note}", refresh=False)
-            bar.update()
-            if len(history) == steps:
-                break
-    if len(history) < steps:
-        warnings.warn(
-            f"train took {len(history)} of {steps} steps: the documents ran out (give "
-            f"more, or endless ones: stream_documents)"
-        )
-    return history
+        segments = scored_segments(documents, tgt_len)
+        args = (steps, optimizer, schedule, clip, bar, evaluator, eval_every)
+        return step_through(model, segments, *args)
 
 # %% ../notebooks/00b_training.ipynb #c016
 @dataclass
@@ -202,7 +232,7 @@ def with_config(model: torch.nn.Module, **changes) -> torch.nn.Module:
     if not changes:
         return model
     model = getattr(model, "_orig_mod", model)  # compiled: its attributes are the module's
-    config = getattr(model, "config", None)
+    config: Any = getattr(model, "config", None)
     unknown = (
         sorted(changes.keys() - {f.name for f in fields(config)})
         if is_dataclass(config)
@@ -225,8 +255,19 @@ def evaluate(
     tgt_len: int,
     mem_len: int | None = None,
 ) -> Evaluation:
-    """Per-token loss and prediction over one document (B, S), in segments of `tgt_len`, memory of
-    `mem_len` carried; mode kept."""
+    """Per-token loss and prediction over one document, in segments of `tgt_len`, memory carried;
+    the model's mode is kept.
+
+    Args:
+        model: A language model of the series.
+        inputs: (B, S) token ids.
+        targets: (B, S) next-token ids, IGNORE where unscored.
+        tgt_len: T, the segment length.
+        mem_len: The memory kept between segments (None: the model's config's).
+
+    Returns:
+        An `Evaluation`: per-token losses and predictions, `bits_per_token`, `accuracy`.
+    """
     check_int("tgt_len", tgt_len, 1)
     check_same_shape(inputs, targets)
     check_scored(targets)

@@ -21,7 +21,15 @@ from tqdm import tqdm
 # %% ../notebooks/00_utils.ipynb #c006
 def seed_everything(seed: int = 0, deterministic: bool = False) -> torch.Generator:
     """Seed python, numpy and torch (and, with `deterministic`, ask torch for deterministic kernels
-    for the whole process); return a seeded `torch.Generator`."""
+    for the whole process).
+
+    Args:
+        seed: The seed of every generator.
+        deterministic: Also make torch use deterministic kernels, process-wide.
+
+    Returns:
+        A `torch.Generator` seeded with `seed`, for draws that must not disturb the global one.
+    """
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     if not isinstance(deterministic, bool):
@@ -193,7 +201,7 @@ def compare(a, b, minimum: float, paired: bool = False, lower_is_better: bool = 
         )
     if paired:
         mean, s = mean_spread([x - y for x, y in zip(a, b)])
-        se, df = s / math.sqrt(len(a)), len(a) - 1
+        se, df = s / math.sqrt(len(a)), float(len(a) - 1)
     else:
         (mean_a, s_a), (mean_b, s_b) = mean_spread(a), mean_spread(b)
         v_a, v_b, mean = s_a**2 / len(a), s_b**2 / len(b), mean_a - mean_b

@@ -10,6 +10,7 @@ __all__ = ['fit_table', 'UnprojectedAttention', 'LearnedRelativeAttention', 'sin
 # %% ../notebooks/08_attention_variants.ipynb #c001
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -93,10 +94,13 @@ class AbsoluteAttention(UnprojectedAttention):
 # %% ../notebooks/08_attention_variants.ipynb #c125
 @dataclass(frozen=True)
 class VariantConfig(TXLConfig):
-    """TXLConfig with the original's `attn_type` switch, for its types 1-3
-    (type 0, the paper's, is TXLConfig)."""
+    """TXLConfig with the original's `attn_type` switch, for its types 1-3 (type 0, the paper's, is
+    TXLConfig).
 
-    # 1: learned relative (Shaw), 2: absolute sinusoid (Vaswani), 3: learned absolute
+    Attributes:
+        attn_type: 1 learned relative (Shaw), 2 absolute sinusoid (Vaswani), 3 learned absolute.
+    """
+
     attn_type: int = 1
 
     def __post_init__(self):
@@ -111,9 +115,16 @@ class VariantConfig(TXLConfig):
             )
 
 
-def config_of_type(attn_type: int = 0, **fields) -> TXLConfig:
-    """The config of the original's attention type `attn_type`: TXLConfig for 0, VariantConfig for
-    1-3."""
+def config_of_type(attn_type: int = 0, **fields: Any) -> TXLConfig:
+    """The config of one of the original's attention types.
+
+    Args:
+        attn_type: 0 (the paper's: a TXLConfig) or 1-3 (a VariantConfig).
+        **fields: The config's other fields.
+
+    Returns:
+        A TXLConfig for type 0, a VariantConfig for types 1-3.
+    """
     is_zero = type(attn_type) is int and attn_type == 0
     return TXLConfig(**fields) if is_zero else VariantConfig(attn_type=attn_type, **fields)
 
@@ -133,9 +144,13 @@ def position_tables(c: VariantConfig) -> dict:
 
 # %% ../notebooks/08_attention_variants.ipynb #c008
 class PositionVariantLM(PretrainedModel):
-    "Transformer-XL with the original's attention type 1, 2 or 3 (type 0 is `TransformerXL`)."
+    """Transformer-XL with the original's attention type 1, 2 or 3 (type 0 is `TransformerXL`)."""
 
     config_class = VariantConfig
+    # registered by name from position_tables: type 1's (r_emb, u, r_bias), type 3's r_emb
+    r_emb: nn.Parameter
+    u: nn.Parameter
+    r_bias: nn.Parameter
 
     def __init__(self, config: VariantConfig):
         super().__init__(config)
@@ -153,7 +168,7 @@ class PositionVariantLM(PretrainedModel):
         init_weights(self, c.init_std)  # Linear, Embedding, LayerNorm; the tables keep theirs
 
     def forward(self, input_ids, mems: list | None = None, targets=None, cache=None) -> LMOutput:
-        "input_ids (B, T), mems None or one (B, M, E) per layer -> LMOutput (txl_lib.data)."
+        """As `TransformerXL.forward`, with the positions of type 1, 2 or 3."""
         B, T = self.check_call(input_ids, mems, targets, cache)
         c, M = self.config, 0 if mems is None else mems[0].size(1)
         mask = attention_mask(T, M, c.same_length, c.mem_len, input_ids.device)
@@ -169,15 +184,15 @@ class PositionVariantLM(PretrainedModel):
         mean = None if targets is None else mean_loss(loss, targets)
         return LMOutput(logits, loss, update_memory(mems, hiddens, c.mem_len), hiddens, mean)
 
-    def layer_inputs(self, i: int, x, mem):
-        "Layer i's input x (B,T,E) and memory (B,M,E) or None, with type 2's or 3's positions."
+    def layer_inputs(self, i: int, x: torch.Tensor, mem: torch.Tensor | None) -> tuple:
+        """Layer i's input x (B,T,E) and memory (B,M,E) or None, with type 2's or 3's positions."""
         if self.config.attn_type == 2:
             return sinusoid_inputs(x, mem, self.config.clamp_len, self.drop) if i == 0 else (x, mem)
         x = self.drop(x) if i == 0 else x
         return learned_inputs(x, mem, self.r_emb[i]) if self.config.attn_type == 3 else (x, mem)
 
-    def relative_args(self, i: int):
-        "Type 1's (r_emb, u, r_bias) of layer i (their last clamp_len rows if clamp_len > 0)."
+    def relative_args(self, i: int) -> tuple:
+        """Type 1's (r_emb, u, r_bias) of layer i (their last clamp_len rows if clamp_len > 0)."""
         if self.config.attn_type != 1:
             return None, None, None
         first = -self.config.clamp_len if self.config.clamp_len > 0 else 0
