@@ -2,11 +2,16 @@
 
 - one page per chapter, from the committed notebook through nbconvert's Markdown exporter (cells hidden with nbdev's
   `#| hide` or a `hide` tag left out, nbdev directives and nbval markers taken out of the code);
-- one API page per `txl_lib` module, which mkdocstrings fills from the docstrings;
+- one API page per `txl_lib` module, which mkdocstrings fills from the docstrings; the package's own page lists what
+  `import txl_lib` gives, each name linked to the one page that documents it (nothing is documented twice);
+- the search index gets each equation as text (`K = M + T`, `q<sub>i</sub>`): MathJax's TeX stays out of it and no
+  sentence of an excerpt has a hole;
+- the book's name in the header is a link home on every page (Material's logo, the other one, hides below 1220 px);
 - two scripts copied from their npm packages (fetched once into build/npm/): MathJax, so that equations render
   offline, and iframe-worker, which lets the search run from file:// (Material's offline plugin would take it from
   a CDN).
 """
+import ast
 import html as html_text
 import itertools
 import re
@@ -28,6 +33,9 @@ CHAPTER_LINK = re.compile(r"\]\((\d\d[a-z]?_\w+)\.ipynb")          # [chapter 03
 LIST_ITEM = re.compile(r"[ \t]*(?:[-*+]|\d+[.)])[ \t]+")
 DISPLAY_MATH = re.compile(r"([ \t]*)\$\$(.+?)\$\$[ \t]*", re.S)
 CODE_BLOCK = re.compile(r'<div class="highlight"><pre>(.*?)</pre></div>', re.S)   # a code cell's input
+MATHS = re.compile(r'<(span|div) class="arithmatex">(.*?)</\1>', re.S)             # arithmatex's inline / display
+LOGO_LINK = re.compile(r'<a href="([^"]*)"[^>]* class="md-header__button md-logo"')
+SITE_NAME = re.compile(r'(<div class="md-header__topic">\s*)(<span class="md-ellipsis">.*?</span>)', re.S)
 
 
 def chapters(folder=NOTEBOOKS) -> list[Path]:
@@ -51,6 +59,35 @@ def modules(folder=LIBRARY) -> list[str]:
     folder = Path(folder)
     package = [folder.name] if (folder / "__init__.py").read_text(encoding="utf-8").strip() else []
     return package + [f"{folder.name}.{p.stem}" for p in sorted(folder.glob("*.py")) if not p.stem.startswith("_")]
+
+
+def package_page(folder=LIBRARY) -> str:
+    """The package's API page: its docstring, then a table of `__all__`, each name linked to the page of the module
+    that defines it (a mkdocstrings cross-reference) with the first sentence of its docstring."""
+    folder = Path(folder)
+    tree = ast.parse((folder / "__init__.py").read_text(encoding="utf-8"))
+    exported = next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                    and any(getattr(target, "id", None) == "__all__" for target in node.targets))
+    origin = {alias.asname or alias.name: node.module for node in tree.body
+              if isinstance(node, ast.ImportFrom) and node.level == 1 for alias in node.names}
+    rows = []
+    for name in exported:
+        module = f"{folder.name}.{origin[name]}"
+        rows.append(f"| [`{name}`][{module}.{name}] | [`{module}`][{module}] | {_summary(folder, origin[name], name)} |")
+    return "\n".join([f"::: {folder.name}", "    options:", "      members: false", "",
+                      f"`import {folder.name}` gives these names; each is documented on the page of its module.", "",
+                      "| name | module | what it is |", "|---|---|---|", *rows, ""])
+
+
+def _summary(folder: Path, module: str, name: str) -> str:
+    "The first sentence of the docstring of `name` in `folder/module.py`, on one line of a table ('' without one)."
+    tree = ast.parse((folder / f"{module}.py").read_text(encoding="utf-8"))
+    node = next((n for n in tree.body if getattr(n, "name", None) == name), None)
+    docstring = ast.get_docstring(node) if isinstance(node, (ast.ClassDef, ast.FunctionDef)) else None
+    if not docstring:
+        return ""
+    paragraph = " ".join(docstring.split("\n\n")[0].split())
+    return re.split(r"(?<=[.;:])\s", paragraph)[0].rstrip(";:").replace("|", "\\|")
 
 
 def _directives(cell) -> dict[str, str]:
@@ -169,7 +206,8 @@ def on_files(files, config):
         for name, data in figures.items():
             files.append(File.generated(config, f"chapters/{name}", content=data))
     for module in modules():
-        files.append(File.generated(config, f"api/{module}.md", content=f"::: {module}\n"))
+        page = package_page() if module == LIBRARY.name else f"::: {module}\n"
+        files.append(File.generated(config, f"api/{module}.md", content=page))
     for uri, package in VENDORED.items():
         script, licence = from_npm(*package)
         files.append(File.generated(config, uri, abs_src_path=str(script)))
@@ -187,13 +225,133 @@ def on_page_markdown(markdown, page, config, files):
 
 
 def on_page_content(html, page, config, files):
-    "Keep the search's excerpts to prose and code that teaches: equations' TeX and cells of imports stay out."
-    html = html.replace('class="arithmatex"', 'class="arithmatex" data-search-exclude')
+    """Keep the search's excerpts to prose and code that teaches: an equation's TeX stays out and its text goes in (a
+    hidden copy, which only the search index reads); cells of imports stay out."""
+    html = MATHS.sub(_maths_for_search, html)
     return CODE_BLOCK.sub(lambda m: m[0].replace("<div ", "<div data-search-exclude ", 1) if imports_only(m[1]) else m[0],
                           html)
+
+
+def on_post_page(output, page, config):
+    "The book's name in the header links home, as the logo does (same address: Material computes it for each page)."
+    logo = LOGO_LINK.search(output)
+    if logo is None:
+        return output
+    return SITE_NAME.sub(lambda m: f'{m[1]}<a href="{logo[1]}" class="book-home" title="Home">{m[2]}</a>', output, 1)
+
+
+def _maths_for_search(match) -> str:
+    tag, tex = match[1], html_text.unescape(match[2]).strip()
+    tex = tex[2:-2] if tex[:2] in ("\\(", "\\[") else tex
+    copy = "span" if tag == "span" else "p"
+    return (f'<{tag} class="arithmatex" data-search-exclude>{match[2]}</{tag}>'
+            f'<{copy} class="search-only" hidden>{tex_text(tex)}</{copy}>')
 
 
 def imports_only(code_html: str) -> bool:
     "Whether a highlighted code block holds nothing but import lines."
     lines = [l for l in html_text.unescape(re.sub(r"<[^>]+>", "", code_html)).splitlines() if l.strip()]
     return bool(lines) and all(l.startswith(("import ", "from ")) for l in lines)
+
+
+# ---- equations as text, for the search's excerpts --------------------------------------------------------------------
+
+SYMBOLS = {
+    **{name: chr(code) for name, code in [
+        ("alpha", 945), ("beta", 946), ("gamma", 947), ("delta", 948), ("epsilon", 1013), ("varepsilon", 949),
+        ("zeta", 950), ("eta", 951), ("theta", 952), ("iota", 953), ("kappa", 954), ("lambda", 955), ("mu", 956),
+        ("nu", 957), ("xi", 958), ("pi", 960), ("rho", 961), ("sigma", 963), ("tau", 964), ("upsilon", 965),
+        ("phi", 981), ("varphi", 966), ("chi", 967), ("psi", 968), ("omega", 969), ("Gamma", 915), ("Delta", 916),
+        ("Theta", 920), ("Lambda", 923), ("Xi", 926), ("Pi", 928), ("Sigma", 931), ("Phi", 934), ("Psi", 936),
+        ("Omega", 937)]},
+    "cdot": "·", "dots": "…", "ldots": "…", "cdots": "⋯", "top": "⊤", "le": "≤", "leq": "≤", "ge": "≥",
+    "geq": "≥", "ne": "≠", "neq": "≠", "times": "×", "in": "∈", "notin": "∉", "pm": "±", "mid": "|",
+    "odot": "⊙", "circ": "∘", "lVert": "‖", "rVert": "‖", "Vert": "‖", "lfloor": "⌊", "rfloor": "⌋",
+    "lceil": "⌈", "rceil": "⌉", "leftarrow": "←", "gets": "←", "to": "→", "rightarrow": "→", "infty": "∞",
+    "approx": "≈", "sim": "~", "sum": "Σ", "prod": "Π", "partial": "∂", "nabla": "∇", "propto": "∝",
+    "bmod": " mod ", "mod": " mod ", "quad": " ", "qquad": " ", ",": " ", ";": " ", ":": " ", " ": " ",
+    "!": "", "\\": "; ", "{": "{", "}": "}", "_": "_", "%": "%", "#": "#", "$": "$", "&": "&", "|": "‖",
+}
+FONTS = {"mathbf", "mathrm", "mathit", "mathsf", "mathtt", "mathcal", "boldsymbol", "bm", "operatorname", "text",
+         "textrm", "textbf", "textit", "texttt", "textsf", "mbox", "underline", "overline"}
+ACCENTS = {"bar": "\u0304", "tilde": "\u0303", "widetilde": "\u0303", "hat": "\u0302", "widehat": "\u0302",
+           "vec": "\u20d7", "dot": "\u0307"}
+DROPPED = {"left", "right", "big", "Big", "bigg", "Bigg", "bigl", "bigr", "Bigl", "Bigr", "displaystyle",
+           "limits", "nolimits", "nonumber"}
+DOUBLE_STRUCK = dict(zip("RNZQCE", "ℝℕℤℚℂ𝔼"))
+TEX_TOKEN = re.compile(r"\\[A-Za-z]+|\\.|[{}_^&]|\s+|[^\\{}_^&\s]")
+
+
+def tex_text(tex: str) -> str:
+    """TeX as the text a reader would say, in HTML for the search index: `\\mathbf{q}_{i}^\\top` becomes
+    `q<sub>i</sub><sup>⊤</sup>`, `\\frac{a}{b+c}` becomes `a/(b+c)`; a command it does not know stays as its name."""
+    tokens = TEX_TOKEN.findall(tex)
+    text, _ = _tex_run(tokens, 0)
+    return re.sub(r" {2,}", " ", text).strip()
+
+
+def _tex_run(tokens: list[str], i: int) -> tuple[str, int]:
+    "Tokens from `i` up to the `}` that closes the group (or the end), as HTML text; and where it stopped."
+    out = []
+    while i < len(tokens) and tokens[i] != "}":
+        token, i = tokens[i], i + 1
+        name = token[1:] if token.startswith("\\") else None
+        if token == "{":
+            inner, i = _tex_run(tokens, i)
+            out.append(inner)
+            i += 1
+        elif token in ("_", "^"):
+            inner, i = _tex_argument(tokens, i)
+            tag = "sub" if token == "_" else "sup"
+            out.append(f"<{tag}>{inner}</{tag}>")
+        elif token == "&":
+            out.append(" ")
+        elif token.isspace():
+            out.append(" ")
+        elif name in ("begin", "end"):
+            _, i = _tex_argument(tokens, i)
+        elif name in ("frac", "tfrac", "dfrac"):
+            top, i = _tex_argument(tokens, i)
+            bottom, i = _tex_argument(tokens, i)
+            out.append(f"{_grouped(top)}/{_grouped(bottom)}")
+        elif name == "sqrt":
+            inner, i = _tex_argument(tokens, i)
+            out.append(f"√{_grouped(inner)}")
+        elif name in ("underbrace", "overbrace"):
+            inner, i = _tex_argument(tokens, i)
+            out.append(inner)
+            if i < len(tokens) and tokens[i] in ("_", "^"):
+                label, i = _tex_argument(tokens, i + 1)
+                out.append(f" {label}" if label.startswith("(") else f" ({label})")
+        elif name == "mathbb":
+            inner, i = _tex_argument(tokens, i)
+            out.append("".join(DOUBLE_STRUCK.get(c, c) for c in inner))
+        elif name in FONTS:
+            inner, i = _tex_argument(tokens, i)
+            out.append(inner)
+        elif name in ACCENTS:
+            inner, i = _tex_argument(tokens, i)
+            out.append(inner + ACCENTS[name])
+        elif name in DROPPED:
+            pass
+        elif name is not None:
+            out.append(html_text.escape(SYMBOLS.get(name, name), quote=False))
+        else:
+            out.append(html_text.escape(token, quote=False))
+    return "".join(out), i
+
+
+def _tex_argument(tokens: list[str], i: int) -> tuple[str, int]:
+    "A command's argument at `i`: a `{...}` group or one token (spaces before it skipped)."
+    while i < len(tokens) and tokens[i].isspace():
+        i += 1
+    if i < len(tokens) and tokens[i] == "{":
+        inner, i = _tex_run(tokens, i + 1)
+        return inner, i + 1
+    return _tex_run(tokens[i:i + 1], 0)[0], i + 1
+
+
+def _grouped(text: str) -> str:
+    "A fraction's part, in parentheses when it is more than one symbol."
+    plain = re.sub(r"<[^>]+>", "", text)
+    return text if len(plain) <= 1 or re.fullmatch(r"\w+|\(.*\)|\|.*\|", plain) else f"({text})"
