@@ -354,4 +354,4 @@ def _tex_argument(tokens: list[str], i: int) -> tuple[str, int]:
 def _grouped(text: str) -> str:
     "A fraction's part, in parentheses when it is more than one symbol."
     plain = re.sub(r"<[^>]+>", "", text)
-    return text if len(plain) <= 1 or re.fullmatch(r"\w+|\(.*\)|\|.*\|", plain) else f"({text})"
+    return text if len(plain) <= 1 or re.fullmatch(r"√?\w+|\(.*\)|\|.*\|", plain) else f"({text})"
