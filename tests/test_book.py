@@ -503,6 +503,20 @@ def _normal(text: str) -> str:
     return " ".join(html.unescape(re.sub(r"<[^>]+>", "", text)).split())
 
 
+def as_read(paragraph) -> str:
+    "A paragraph's text with each inline equation as text (docs/hooks.py's tex_text), tags out."
+    words = []
+    for piece in paragraph.find_all(string=True):
+        maths = piece.find_parent("span", class_="arithmatex")
+        if piece.find_parent(attrs={"hidden": True}) is not None:
+            continue
+        if maths is None:
+            words.append(piece)
+        elif piece is maths.find(string=True):
+            words.append(hooks.tex_text(maths.get_text().strip()[2:-2]))
+    return _normal("".join(words))
+
+
 def test_search_excerpts_read_equations_as_text(site):
     """A paragraph with inline maths is in the search index whole, each equation as text
     (`q<sub>i</sub>`): MathJax's TeX stayed out of the index by leaving a hole in every sentence."""
@@ -515,17 +529,7 @@ def test_search_excerpts_read_equations_as_text(site):
         for paragraph in article.find_all("p"):
             if paragraph.find("span", class_="arithmatex") is None:
                 continue
-            words = []
-            for piece in paragraph.find_all(string=True):
-                maths = piece.find_parent("span", class_="arithmatex")
-                if piece.find_parent(attrs={"hidden": True}) is not None:
-                    continue
-                if maths is None:
-                    words.append(piece)
-                elif piece is maths.find(string=True):
-                    tex = maths.get_text().strip()[2:-2]
-                    words.append(hooks.tex_text(tex))
-            expected = _normal("".join(words))
+            expected = as_read(paragraph)
             assert expected in indexed, f"{path.stem}: not in the search index as read: {expected}"
             checked += 1
         for display in article.select("div.arithmatex"):
