@@ -26,7 +26,7 @@ TEST_ENV := OMP_NUM_THREADS=1
 # pytest-xdist workers; --dist loadfile keeps each notebook's cells, in order, in one worker's kernel.
 TEST_WORKERS ?= 2
 
-.PHONY: help install run test test-kernels lint lab outputs export sync-check bench reference html clean
+.PHONY: help install run test test-kernels style lint lab outputs export sync-check bench reference html clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -69,11 +69,16 @@ sync-check: $(STAMP)  ## fail if txl_lib/ is not exactly what the notebooks expo
 	  || { echo "txl_lib/ was out of sync with the notebooks (now exported: review and commit)"; exit 1; }
 	@echo "txl_lib/ is in sync with the notebooks"
 
-lint: $(STAMP)  ## ruff check over the library, tests and notebooks; ruff format --check over tests and notebooks
+style: $(STAMP)  ## ruff check over the library, tests and notebooks; ruff format --check over tests and notebooks
 	$(BIN)/ruff check txl_lib tests notebooks
 	$(BIN)/ruff format --check tests notebooks
 
-test: install sync-check lint  ## sync check and lint, then pytest: nbval over every notebook plus tests/, one file per worker
+# mypy over txl_lib ([tool.mypy] in pyproject.toml): about 35 s cold, so `make test` (held under 10 minutes) runs only
+# the style half; CI runs `make lint` too.
+lint: style  ## ruff (`make style`), then the type checker (mypy) over txl_lib
+	$(BIN)/mypy
+
+test: install sync-check style  ## sync check and ruff, then pytest: nbval over every notebook plus tests/, one file per worker
 	$(TEST_ENV) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # Other CPUs (AVX2 laptops, ARM, Apple) change the last bits of floating point. PyTorch's generic kernels are the
