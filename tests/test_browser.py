@@ -396,6 +396,11 @@ def test_search_excerpts_show_equations_as_text(browser_context, site):
     assert not re.search(r"\\\(|\\\[|\\[a-z]+\{", shown), f"TeX in the excerpt: {shown}"
     assert expected[:150] in shown, f"the excerpt {shown[:300]!r} does not read {expected[:150]!r}"
     page.screenshot(path=str(ROOT / "build" / "book_search_maths.png"))
+    page.goto((site / "chapters" / f"{chapter.stem}.html").as_uri())  # the text is the index's only
+    copies = page.locator(".search-only").evaluate_all(
+        "els => els.map(e => e.getClientRects().length)"
+    )
+    assert copies and not any(copies), "the search's copy of an equation shows on the page"
     assert blocked == [] and errors == []
 
 
