@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import txl_lib
-from txl_lib.model import PretrainedModel, TransformerXL
+from txl_lib.model import PretrainedModel
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC = [getattr(txl_lib, name) for name in txl_lib.__all__]
@@ -35,9 +35,10 @@ def documented_names(doc: str, title: str) -> set[str]:
 
 def interface_methods(cls: type) -> list:
     """The methods of `cls` a user calls: every public one of a class that is not a model, and of a
-    model the door all models share (PretrainedModel's) and TransformerXL's forward."""
+    model those of the door all models share (PretrainedModel and its mixins)."""
+    shared = [k for k in PretrainedModel.__mro__ if k.__module__.startswith("txl_lib")]
     names = (
-        [n for n in vars(PretrainedModel) if not n.startswith("_")] + ["forward"]
+        [n for k in shared for n in vars(k) if not n.startswith("_")]
         if issubclass(cls, torch.nn.Module)
         else [n for n in vars(cls) if not n.startswith("_")]
     )
@@ -93,7 +94,7 @@ def test_every_public_function_is_typed_and_documented():
 
 def test_every_interface_method_is_typed_and_documented():
     seen, problems = set(), []
-    for cls in CLASSES:
+    for cls in [PretrainedModel, *CLASSES]:  # the door every model shares, then each class
         for qualname, func, owner in interface_methods(cls):
             if qualname in seen:
                 continue
@@ -101,8 +102,6 @@ def test_every_interface_method_is_typed_and_documented():
             base = next(
                 (k for k in owner.__mro__[1:] if func.__name__ in vars(k) and k is not object), None
             )
-            if func.__name__ == "forward" and owner is not TransformerXL:
-                base = TransformerXL  # every model's forward takes and returns what its does
             doc = inspect.getdoc(func) or ""
             if base is not None and base.__module__.startswith("txl_lib"):  # an override
                 if not doc.startswith(f"As `{base.__name__}.{func.__name__}`"):
@@ -110,7 +109,7 @@ def test_every_interface_method_is_typed_and_documented():
             else:
                 problems += problems_of(qualname, func)
     assert problems == []
-    assert "TransformerXL.forward" in seen and "PretrainedModel.generate" in seen
+    assert {"PretrainedModel.forward", "GenerationMixin.generate", "TransformerXL.forward"} <= seen
 
 
 @pytest.mark.parametrize(

@@ -255,7 +255,7 @@ class KNNTransformerXL(TransformerXL):
         return KNNMemory(batch_size, c.n_head, c.d_head, c.knn_capacity, w.device, w.dtype)
 
     def init_mems(self, batch_size: int) -> KNNMems:
-        """As `PretrainedModel.init_mems`, with an empty store: the same as passing `mems=None`."""
+        """As `MemoryMixin.init_mems`, with an empty store: the same as passing `mems=None`."""
         return KNNMems(super().init_mems(batch_size), self.empty_store(batch_size))
 
     def forward(self, input_ids, mems: list | None = None, targets=None, cache=None) -> LMOutput:

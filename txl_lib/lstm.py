@@ -72,7 +72,7 @@ class LSTMLM(PretrainedModel):
             self.head.weight = self.embed.weight
 
     def memory_shapes(self, batch_size: int) -> list[tuple]:
-        """As `PretrainedModel.memory_shapes`: the state [h, c], two (B, n_layer, E) tensors."""
+        """As `MemoryMixin.memory_shapes`: the state [h, c], two (B, n_layer, E) tensors."""
         return [(batch_size, self.config.n_layer, self.config.d_model)] * 2
 
     def forward(
@@ -82,7 +82,7 @@ class LSTMLM(PretrainedModel):
         targets: torch.Tensor | None = None,
         cache: Any = None,
     ) -> LMOutput:
-        """As `TransformerXL.forward`; mems: [h, c] from the previous segment, or None (zeros)."""
+        """As `PretrainedModel.forward`; mems: [h, c] from the previous segment, or None (zeros)."""
         self.check_call(input_ids, mems, targets, cache)
         # (n_layer, B, E)
         state = None if mems is None else tuple(m.transpose(0, 1).contiguous() for m in mems)

@@ -168,7 +168,7 @@ class PositionVariantLM(PretrainedModel):
         init_weights(self, c.init_std)  # Linear, Embedding, LayerNorm; the tables keep theirs
 
     def forward(self, input_ids, mems: list | None = None, targets=None, cache=None) -> LMOutput:
-        """As `TransformerXL.forward`, with the positions of type 1, 2 or 3."""
+        """As `PretrainedModel.forward`, with the positions of type 1, 2 or 3."""
         B, T = self.check_call(input_ids, mems, targets, cache)
         c, M = self.config, 0 if mems is None else mems[0].size(1)
         mask = attention_mask(T, M, c.same_length, c.mem_len, input_ids.device)
