@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from .utils import MAX_INT, Linear, check_int, check_number, check_shape, check_type
 from .utils import machine_memory
@@ -23,7 +24,7 @@ from .serialization import ConfigDicts, config_of_fields, load_saved, write_pret
 from .vanilla import feed_forward
 from .memory import update_memory, run_layers
 from .positions import relative_positions
-from .attention import RelativeMultiHeadAttention, attention_mask
+from .attention import RelativeMultiHeadAttention, attention_mask, dropped
 from .cache import InferenceCache
 
 # %% ../notebooks/06_model.ipynb #c005
@@ -100,7 +101,10 @@ class DecoderLayer(nn.Module):
 
     def feed_forward(self, x):
         "The position-wise block on the attention's output x (B,T,E), residual and norm -> (B,T,E)."
-        return x + self.ff(self.ff_norm(x)) if self.pre_lnorm else self.ff_norm(x + self.ff(x))
+        inner, _, drop_inner, outer, drop_outer = self.ff  # chapter 01's block, as functions
+        y = F.linear(self.ff_norm(x) if self.pre_lnorm else x, inner.weight, inner.bias).relu_()
+        y = dropped(drop_outer, F.linear(dropped(drop_inner, y), outer.weight, outer.bias))
+        return x + y if self.pre_lnorm else self.ff_norm(x + y)
 
 # %% ../notebooks/06_model.ipynb #c012
 def init_weights(model: nn.Module, std: float):
@@ -240,14 +244,16 @@ class TransformerXL(PretrainedModel):
         "input_ids (B, T), mems None or one (B, M, E) per layer -> LMOutput (txl_lib.data)."
         self.check_call(input_ids, mems, targets, cache)
         (T, M), c = (input_ids.size(1), 0 if mems is None else mems[0].size(1)), self.config
-        x = self.drop(self.embed(input_ids))  # (B, T, E)
+        x = dropped(self.drop, self.embed(input_ids))  # (B, T, E); no call in evaluation
         if cache is None:  # R (M+T, E) and the mask (T, M+T) of this call
-            r = self.drop(relative_positions(M + T, c.d_model, c.clamp_len, x.device).to(x.dtype))
+            r = dropped(
+                self.drop, relative_positions(M + T, c.d_model, c.clamp_len, x.device).to(x.dtype)
+            )
             mask, caches = attention_mask(T, M, c.same_length, c.mem_len, x.device), None
         else:  # chapter 05b's cache: R (at least M+T rows), the mask, each layer's cache
             r, mask, caches = cache.call_inputs(c, T, M, x)
         x, hiddens = run_layers(self, x, r, mask, mems, caches)
-        logits, loss = self.read_out(self.drop(x), targets)  # (B, T, V), (B, T)
+        logits, loss = self.read_out(dropped(self.drop, x), targets)  # (B, T, V), (B, T)
         new = cache.update(hiddens, c.mem_len) if cache else update_memory(mems, hiddens, c.mem_len)
         return LMOutput(logits, loss, new, hiddens, mean_loss(loss, targets))
 
@@ -264,7 +270,7 @@ class TransformerXL(PretrainedModel):
 
     def read_out(self, x: torch.Tensor, targets: torch.Tensor | None):
         "x (B, T, E) -> logits (B, T, V) and, with targets, the per-token loss (B, T)."
-        logits = self.head(x)
+        logits = F.linear(x, self.head.weight, self.head.bias)
         return logits, None if targets is None else token_loss(logits, targets)
 
     def biases(self, i: int):
