@@ -5,14 +5,18 @@ this machine."""
 
 # %% auto #0
 __all__ = ['MODES', 'XL_MODES', 'PAPER_SPEEDUPS', 'bench_model', 'procedure', 'readers', 'time_modes', 'count_flops', 'measure',
-           'benchmark', 'read_bandwidth', 'generation_floor_ms']
+           'benchmark', 'read_bandwidth', 'generation_floor_ms', 'OperationCounter', 'count_operations',
+           'step_operations']
 
 # %% ../notebooks/07_speed_benchmark.ipynb #c001
 import platform, statistics, time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .utils import check_int, progress, write_atomically
 from .training import with_config
@@ -72,12 +76,10 @@ def cached_logits(
 ):
     """Segments of `T` with a memory of `mem_len`, through an InferenceCache
     (or, not `cache`, without); (B, S, V)."""
-    cache, mems, logits = InferenceCache(len(model.layers)) if cache else None, None, []
-    model = with_config(
-        model, mem_len=mem_len
-    )  # txl_lib.training: the caller's model is not edited
+    kept, mems, logits = InferenceCache(len(model.layers)) if cache else None, None, []
+    configured = with_config(model, mem_len=mem_len)  # txl_lib.training: the model not edited
     for segment in tokens.split(T, dim=1):
-        out = model(segment, mems=mems, cache=cache)
+        out = configured(segment, mems=mems, cache=kept)
         mems = out.mems
         logits.append(out.logits)
     return torch.cat(logits, 1)
@@ -127,7 +129,7 @@ def fastest_seconds(call, repeats: int, warmup: int = 1) -> float:
 def interleaved(contenders: list, rounds: int, measure) -> dict:
     """name -> [measure(*rest), one per round] for each (name, *rest) of `contenders`: each round
     measures every contender, starting one further along the list than the last round."""
-    runs = {name: [] for name, *_ in contenders}
+    runs: dict = {name: [] for name, *_ in contenders}
     for round_ in range(rounds):
         first = round_ % len(contenders)
         for name, *rest in contenders[first:] + contenders[:first]:
@@ -178,7 +180,7 @@ def readers(model: TransformerXL, L: int, T: int, batch: int, seed: int = 0) -> 
 def time_modes(calls: dict, repeats: int) -> dict:
     """Per mode, milliseconds per predicted token in each of `repeats` rounds; a round times every
     mode once, in turn."""
-    ms = {mode: [] for mode in calls}  # count_flops has already run each call, twice for XL
+    ms: dict = {mode: [] for mode in calls}  # count_flops has already run each call, twice for XL
     for _ in range(repeats):
         for mode, (call, n) in calls.items():
             # one-token steps: 8 calls a round
@@ -306,8 +308,8 @@ def plot_speedups(records: list[dict], path=None):
             capsize=3,
             label=f"XL {COLUMNS[mode]} (this machine: median, range)",
         )
-    lengths = sorted({r["L"] for r in records if "L" in r} | set(PAPER_SPEEDUPS))
-    ax.plot(lengths, lengths, "k:", label="ideal: L")
+    ideal = sorted({r["L"] for r in records if "L" in r} | set(PAPER_SPEEDUPS))
+    ax.plot(ideal, ideal, "k:", label="ideal: L")
     ax.plot(*zip(*PAPER_SPEEDUPS.items()), "k^", label="paper, Table 9 (GPU, memory re-projected)")
     ax.set(
         xscale="log", yscale="log", xlabel="attention length L", ylabel="speed-up over recompute"
@@ -398,3 +400,52 @@ def format_floor(records: list[dict]) -> str:
             f"{significant(r['floor_ms_per_token'])} | {r['floor_ratio']:.1f}x |"
         )
     return "\n".join(rows)
+
+# %% ../notebooks/07_speed_benchmark.ipynb #c024c
+class OperationCounter(TorchDispatchMode):
+    "Counts, by name, the aten operations dispatched while it is active."
+
+    def __init__(self):
+        super().__init__()
+        self.counts: Counter = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.counts[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_operations(call: Callable[[], object]) -> Counter:
+    """The aten operations one `call()` dispatches.
+
+    Args:
+        call: what to run, with no arguments.
+
+    Returns:
+        operation name -> how many times it was dispatched.
+    """
+    with OperationCounter() as counter:
+        call()
+    return counter.counts
+
+
+def step_operations(
+    model: TransformerXL, L: int = 1024, batch: int = 1, one_query: bool = True
+) -> Counter:
+    """The aten operations of one cached one-token step over a memory of `L`, after two warm-up
+    steps.
+
+    Args:
+        model: the model, in evaluation mode.
+        L: the memory length.
+        batch: the number of sequences, B.
+        one_query: whether the cache scores the one query without shift or mask.
+
+    Returns:
+        operation name -> how many times one step dispatched it (a Counter).
+    """
+    seeded = torch.Generator().manual_seed(0)
+    tokens = torch.randint(model.config.n_token, (batch, 4 * L), generator=seeded)
+    with torch.inference_mode():
+        reader = CachedReader(model, tokens, 1, L, one_query=one_query)
+        reader(), reader()
+        return count_operations(reader)

@@ -10,11 +10,11 @@ __all__ = ['RUN_SIZES', 'QUICK_MODEL', 'TRAIN_SIZES', 'TABLES', 'saved_tensor_by
 # %% ../notebooks/07a_step_and_training.ipynb #b002
 import argparse, copy, json, statistics, time
 from pathlib import Path
+from typing import Any
 
 import torch
-import torch.nn as nn
 
-from .utils import Linear, check_int, write_atomically
+from .utils import check_int, write_atomically
 from .training import IGNORE
 from .model import TXLConfig, TransformerXL
 from .bench import bench_model, benchmark, read_bandwidth, with_floor, format_table
@@ -22,25 +22,8 @@ from .bench import format_floor, plot_speedups, interleaved, fastest_seconds
 from .bench import CachedReader, generation_floor_ms, significant
 
 # %% ../notebooks/07a_step_and_training.ipynb #c061
-def with_nn_linear(model: nn.Module) -> nn.Module:
-    """A copy of `model` whose every `Linear` (txl_lib.utils) is an nn.Linear holding the same
-    weights: the step with PyTorch's own route for its matrix-vector products."""
-    plain = copy.deepcopy(model)
-    for module in list(plain.modules()):
-        for name, child in module.named_children():
-            if isinstance(child, Linear):
-                twin = nn.Linear(child.in_features, child.out_features, bias=child.bias is not None)
-                twin.weight, twin.bias = child.weight, child.bias
-                setattr(module, name, twin)
-    return plain
-
-
-# name -> (Linear's blocked products, one-query scoring), in the order of the text
-STEP_VERSIONS = {
-    "nn.Linear, shift and mask": (False, False),
-    "blocked products": (True, False),
-    "one query (now)": (True, True),
-}
+# name -> whether the cache scores one query without shift or mask, in the order of the text
+STEP_VERSIONS = {"shift and mask": False, "one query (now)": True}
 
 # %% ../notebooks/07a_step_and_training.ipynb #c062a
 def ms_per_step(reader: CachedReader, steps: int, batch: int) -> float:
@@ -67,12 +50,12 @@ def step_changes(model, L: int = 1024, batches=(1, 4), rounds: int = 5, steps: i
     its gain over the version before it and its ratio to the floor; median and range over
     interleaved rounds, each of which also reads the bandwidth."""
     device = next(model.parameters()).device
-    plain, contenders = with_nn_linear(model), [("bandwidth", read_bandwidth, 2**28, 1, device)]
+    contenders: list[tuple] = [("bandwidth", read_bandwidth, 2**28, 1, device)]
     for B in batches:
         seeded = torch.Generator().manual_seed(B)
         tokens = torch.randint(model.config.n_token, (B, 4 * L), generator=seeded).to(device)
-        for name, (blocked, one_query) in STEP_VERSIONS.items():
-            reader = CachedReader(model if blocked else plain, tokens, 1, L, one_query=one_query)
+        for name, one_query in STEP_VERSIONS.items():
+            reader = CachedReader(model, tokens, 1, L, one_query=one_query)
             contenders.append(((B, name), ms_per_step, reader, steps, B))
     runs = interleaved(contenders, rounds, lambda measure, *arguments: measure(*arguments))
     bandwidths, names, records = runs.pop("bandwidth"), list(STEP_VERSIONS), []
@@ -127,7 +110,7 @@ def saved_tensor_bytes(call, parameters=()):
 def hf_twin(config: TXLConfig):
     "A HuggingFace TransfoXLLMHeadModel with `config`'s sizes, and our model with the same weights."
     try:
-        from transformers import TransfoXLConfig, TransfoXLLMHeadModel
+        from transformers import TransfoXLConfig, TransfoXLLMHeadModel  # type: ignore[import-untyped]
     except ImportError:
         raise ImportError(
             "the training comparison needs transformers==4.37.2 (pip install -e .[dev])"
@@ -320,7 +303,9 @@ RUN_SIZES = {  # --quick or not -> the lengths the benchmark times (the command 
     False: dict(lengths=[128, 256, 512, 1024], tgt_len=64, repeats=3),
 }
 QUICK_MODEL = dict(n_layer=2, d_model=64, n_head=2, d_head=32, d_inner=256)  # else bench_model's
-TRAIN_SIZES = {  # --quick or not -> the model of the training comparison
+TRAIN_SIZES: dict[
+    bool, dict[str, Any]
+] = {  # --quick or not -> the model of the training comparison
     True: dict(n_layer=2, d_model=64, d_head=16, d_inner=256, tgt_len=32),
     False: dict(n_layer=4, d_model=256, d_head=64, d_inner=1024, tgt_len=128),
 }

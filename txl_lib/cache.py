@@ -7,8 +7,9 @@ and values and $\mathbf{W}_{k,R}\mathbf{R}$, so a call computes only what is new
 __all__ = ['AppendBuffer', 'LayerCache', 'sees_every_key', 'InferenceCache']
 
 # %% ../notebooks/05b_frozen_layers.ipynb #k002
+from typing import Any
+
 import torch
-import torch.nn as nn
 
 from .positions import relative_positions
 from .attention import RelativeMultiHeadAttention, attention_mask
@@ -113,7 +114,7 @@ class InferenceCache:
         "How many memory positions the cache holds."
         return self.hidden.length
 
-    def check(self, model: nn.Module, mems: list | None):
+    def check(self, model: Any, mems: list | None):
         """Refuse another object, a model without `new_cache`, gradients, training mode, and a
         memory other than the one this cache returned last."""
         if type(self) is not InferenceCache or not hasattr(model, "new_cache"):

@@ -11,6 +11,7 @@ import math, sys
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -168,7 +169,7 @@ class PretrainedModel(nn.Module):
     """What every model of the series shares, as in HuggingFace: the checks at its door,
     `save_pretrained`, `from_pretrained` and `generate`."""
 
-    config_class = None  # the config class a model is built from (TXLConfig for TransformerXL)
+    config_class: Any = None  # the config class a model is built from (TXLConfig for TransformerXL)
     checkpoint_activations = False  # True: each layer recomputes its activations in backward
 
     def __init__(self, config):
@@ -257,7 +258,7 @@ class TransformerXL(PretrainedModel):
         new = cache.update(hiddens, c.mem_len) if cache else update_memory(mems, hiddens, c.mem_len)
         return LMOutput(logits, loss, new, hiddens, mean_loss(loss, targets))
 
-    def embedding_and_head(self, c: TXLConfig) -> tuple[nn.Module, nn.Module]:
+    def embedding_and_head(self, c: TXLConfig) -> tuple[nn.Embedding, Linear]:
         "nn.Embedding (V, E) and the read-out Linear (E -> V), tied with tie_weight."
         embedding, head = nn.Embedding(c.n_token, c.d_model), Linear(c.d_model, c.n_token)
         if c.tie_weight:
