@@ -15,9 +15,17 @@ from einops import rearrange
 from .vanilla import causal_mask
 
 # %% ../notebooks/04_score_decomposition.ipynb #c006
-def relative_index(T: int, K: int, device=None) -> torch.Tensor:
-    """(T, K) row of R holding the distance between query i and key j: T-1-i+j, clamped for future
-    keys."""
+def relative_index(T: int, K: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """Which row of R each (query, key) pair reads: the distance T-1-i+j, clamped for future keys.
+
+    Args:
+        T: the number of queries.
+        K: the number of keys, memory and segment.
+        device: where to make it (None: the CPU).
+
+    Returns:
+        (T, K) int64 row indices into R.
+    """
     i = torch.arange(T, device=device)[:, None]
     j = torch.arange(K, device=device)[None, :]
     return (T - 1 - i + j).clamp(max=K - 1)
@@ -36,8 +44,18 @@ class ScoreTerms:
 def score_terms(
     q: torch.Tensor, k: torch.Tensor, r: torch.Tensor, u: torch.Tensor, v: torch.Tensor
 ) -> ScoreTerms:
-    """Four score terms the slow way: q (B,H,T,D), k (B,H,K,D), r (H,K,D), u and v (H,D) -> four
-    (B,H,T,K)."""
+    """The four terms of the relative score the slow way, R's row gathered for each distance.
+
+    Args:
+        q: queries (B, H, T, D).
+        k: keys (B, H, K, D).
+        r: W_r·R (H, K, D), row j the distance K-1-j.
+        u: the content bias (H, D).
+        v: the position bias (H, D).
+
+    Returns:
+        ScoreTerms: a, b, c, d, each (B, H, T, K), unscaled and unmasked.
+    """
     (B, H, T, _), K = q.shape, k.size(2)  # _ = D
     rows = r[:, relative_index(T, K, q.device)]  # (H, T, K, D): r_{i-j}
     a = torch.einsum("bhid,bhjd->bhij", q, k)
@@ -48,19 +66,42 @@ def score_terms(
 
 # %% ../notebooks/04_score_decomposition.ipynb #c012
 def content_score(q: torch.Tensor, k: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    "(a)+(c): (q + u) . k; q (B,H,T,D), k (B,H,K,D), u (H,D) -> (B,H,T,K)."
+    """Terms (a)+(c): (q + u)·k.
+
+    Args:
+        q: queries (B, H, T, D).
+        k: keys (B, H, K, D).
+        u: the content bias (H, D).
+
+    Returns:
+        (B, H, T, K) scores.
+    """
     return torch.einsum("bhid,bhjd->bhij", q + u[:, None], k)
 
 
 def position_score_unaligned(q: torch.Tensor, r: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """(b)+(d) against every row of r: (q + v) . r; q (B,H,T,D), r (H,K,D), v (H,D) -> (B,H,T,K),
-    column k = row k."""
+    """Terms (b)+(d) against every row of r: (q + v)·r, column k = row k of r.
+
+    Args:
+        q: queries (B, H, T, D).
+        r: W_r·R (H, K, D).
+        v: the position bias (H, D).
+
+    Returns:
+        (B, H, T, K) scores, not yet aligned to keys.
+    """
     return torch.einsum("bhid,hjd->bhij", q + v[:, None], r)
 
-
+# %% ../notebooks/04_score_decomposition.ipynb #c012g
 def align_by_gather(x: torch.Tensor) -> torch.Tensor:
-    """Align (..., T, K) scores by row of R to keys: out[..., i, j] = x[..., i, T-1-i+j]
-    (future keys: garbage)."""
+    """Align scores by row of R to keys: out[..., i, j] = x[..., i, T-1-i+j].
+
+    Args:
+        x: (..., T, K) scores by row of R.
+
+    Returns:
+        (..., T, K) scores by key; future keys' entries garbage.
+    """
     T, K = x.shape[-2:]
     index = relative_index(T, K, x.device).expand(*x.shape[:-2], T, K)
     return x.gather(-1, index)
@@ -70,14 +111,26 @@ import torch.nn.functional as F
 
 # %% ../notebooks/05_relative_shift.ipynb #c005
 def rel_shift(x: torch.Tensor) -> torch.Tensor:
-    """Align (..., T, K) scores by row of R to keys: y[..., i, j] = x[..., i, j+T-1-i] for j <=
-    K-T+i; rest garbage."""
+    """Align scores by row of R to keys with a pad and a view: y[..., i, j] = x[..., i, j+T-1-i].
+
+    Args:
+        x: (..., T, K) scores by row of R.
+
+    Returns:
+        (..., T, K) scores by key; entries j > K-T+i garbage.
+    """
     return read_shifted(F.pad(x, (1, 0)))  # (..., T, K+1): a zero column in front
 
 
 def read_shifted(padded: torch.Tensor) -> torch.Tensor:
-    """(..., T, K+1) scores behind a spacer column 0 (never read on a causal entry), read back
-    aligned as (..., T, K)."""
+    """Read scores padded with a spacer column 0 back aligned to keys (a view where it can be).
+
+    Args:
+        padded: (..., T, K+1) scores whose column 0 is never read on a causal entry.
+
+    Returns:
+        (..., T, K) scores by key.
+    """
     *lead, T, K_plus_1 = padded.shape  # reshape: a view whenever each (T, K+1) block is contiguous
     return padded.reshape(*lead, K_plus_1, T)[..., 1:, :].reshape(*lead, T, K_plus_1 - 1)
 
@@ -88,10 +141,24 @@ from .utils import Linear
 
 # %% ../notebooks/05a_attention_layer.ipynb #c010
 def attention_mask(
-    T: int, M: int, same_length: bool = False, mem_len: int = 0, device=None
+    T: int,
+    M: int,
+    same_length: bool = False,
+    mem_len: int = 0,
+    device: torch.device | str | None = None,
 ) -> torch.Tensor:
-    """(T, M+T) bool, True where query i may not see key j: the future, and with `same_length` keys
-    beyond `mem_len`."""
+    """The mask of T queries over M memory positions and themselves.
+
+    Args:
+        T: the number of queries.
+        M: the memory length.
+        same_length: also hide keys beyond the last `mem_len` (the original's option).
+        mem_len: the memory length `same_length` keeps.
+        device: where to make it (None: the CPU).
+
+    Returns:
+        (T, M+T) bool, True where query i may not see key j.
+    """
     mask = causal_mask(T, M, device)
     if same_length:
         i = torch.arange(T, device=device)[:, None]
@@ -104,25 +171,54 @@ def attention_mask(
 def one_query_score(
     q: torch.Tensor, k: torch.Tensor, wr: torch.Tensor, u: torch.Tensor, v: torch.Tensor
 ) -> torch.Tensor:
-    """(a)+(b)+(c)+(d) of one query that sees every key: q (B,H,1,D), k (B,H,K,D), wr = W_r·R
-    (H,K,D), u, v (H,D) -> (B,H,1,K). Key j's distance is row j of R: no shift, no mask."""
+    """(a)+(b)+(c)+(d) of one query that sees every key: row j of R is key j's distance, so no shift
+    and no mask.
+
+    Args:
+        q: the query (B, H, 1, D).
+        k: keys (B, H, K, D).
+        wr: W_r·R (H, K, D).
+        u: the content bias (H, D).
+        v: the position bias (H, D).
+
+    Returns:
+        (B, H, 1, K) scores, unscaled.
+    """
     content = torch.einsum("bhid,bhjd->bhij", q + u.unsqueeze(1), k)  # (a) + (c)
     position = torch.einsum("bhid,hjd->bhij", q + v.unsqueeze(1), wr)  # (b) + (d): one W_r·R
     return content + position
 
-
+# %% ../notebooks/05a_attention_layer.ipynb #c231s
 def shifted_score(
     q: torch.Tensor, k: torch.Tensor, wr: torch.Tensor, u: torch.Tensor, v: torch.Tensor
 ) -> torch.Tensor:
-    """(a)+(b)+(c)+(d) of T queries by chapter 05's shift: q (B,H,T,D), k (B,H,K,D), wr (H,K,D),
-    u, v (H,D) -> (B,H,T,K), the future keys' entries garbage (the mask hides them)."""
+    """(a)+(b)+(c)+(d) of T queries, aligned by chapter 05's shift.
+
+    Args:
+        q: queries (B, H, T, D).
+        k: keys (B, H, K, D).
+        wr: W_r·R (H, K, D).
+        u: the content bias (H, D).
+        v: the position bias (H, D).
+
+    Returns:
+        (B, H, T, K) scores, unscaled; future keys' entries garbage (the mask hides them).
+    """
     position = position_score_unaligned(q, F.pad(wr, (0, 0, 1, 0)), v)  # column 0 zero
     return content_score(q, k, u) + read_shifted(position)
 
 
 def dropped(dropout: nn.Dropout, x: torch.Tensor) -> torch.Tensor:
     """x through `dropout` in training mode; in evaluation, where it is the identity, x itself with
-    no call (a generation step makes none)."""
+    no call (a generation step makes none).
+
+    Args:
+        dropout: the dropout module.
+        x: any tensor.
+
+    Returns:
+        x with dropout applied in training, x itself otherwise.
+    """
     return dropout(x) if dropout.training else x
 
 # %% ../notebooks/05a_attention_layer.ipynb #c214

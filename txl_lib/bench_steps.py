@@ -9,10 +9,12 @@ __all__ = ['RUN_SIZES', 'QUICK_MODEL', 'TRAIN_SIZES', 'TABLES', 'saved_tensor_by
 
 # %% ../notebooks/07a_step_and_training.ipynb #b002
 import argparse, copy, json, statistics, time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn as nn
 
 from .utils import check_int, write_atomically
 from .training import IGNORE
@@ -91,9 +93,17 @@ def format_step_changes(records: list[dict]) -> str:
     return "\n".join(rows)
 
 # %% ../notebooks/07a_step_and_training.ipynb #c026
-def saved_tensor_bytes(call, parameters=()):
-    """Run `call()`; its result, and the bytes of the distinct activations (not `parameters`) saved
-    for backward."""
+def saved_tensor_bytes(call: Callable[[], Any], parameters: Iterable = ()) -> tuple[Any, int]:
+    """Run `call()` and count the bytes of the distinct activations (not `parameters`) autograd
+    saves for backward.
+
+    Args:
+        call: what to run, with no arguments.
+        parameters: tensors not to count (the weights).
+
+    Returns:
+        (call's result, bytes saved).
+    """
     weights = {p.untyped_storage().data_ptr() for p in parameters}
     storages = {}
 
@@ -107,8 +117,16 @@ def saved_tensor_bytes(call, parameters=()):
     return result, sum(storages.values())
 
 # %% ../notebooks/07a_step_and_training.ipynb #c526
-def hf_twin(config: TXLConfig):
-    "A HuggingFace TransfoXLLMHeadModel with `config`'s sizes, and our model with the same weights."
+def hf_twin(config: TXLConfig) -> tuple[nn.Module, TransformerXL]:
+    """A HuggingFace TransfoXLLMHeadModel with `config`'s sizes, and our model with the same
+    weights.
+
+    Args:
+        config: the sizes (no dropout, no adaptive softmax).
+
+    Returns:
+        (the port's model, ours).
+    """
     try:
         from transformers import TransfoXLConfig, TransfoXLLMHeadModel  # type: ignore[import-untyped]
     except ImportError:
@@ -184,12 +202,13 @@ def measure_training(model, forward, stream: torch.Tensor, T: int, steps: int):
     return torch.stack(losses), min(seconds), saved
 
 # %% ../notebooks/07a_step_and_training.ipynb #c326a
-def training_comparison(config: TXLConfig, batch=8, steps=3, rounds=3, seed=0) -> list[dict]:
-    """Tokens/s and saved-for-backward memory of a training step: HF's port, ours, ours with
-    checkpointed layers."""
-    check_int("steps", steps, 2)
-    check_int("batch", batch, 1)
-    check_int("rounds", rounds, 1)
+def training_comparison(
+    config: TXLConfig, batch: int = 8, steps: int = 3, rounds: int = 3, seed: int = 0
+) -> list[dict]:
+    """Tokens/s and saved-for-backward memory of a training step (`batch`, `steps` a round, the
+    first a warm-up, `rounds` interleaved): HF's port, ours, ours with checkpointed layers -> one
+    record per implementation, ours with ratios to the port."""
+    check_int("steps", steps, 2), check_int("batch", batch, 1), check_int("rounds", rounds, 1)
     torch.manual_seed(seed)
     hf, ours = hf_twin(config)
     checkpointed = copy.deepcopy(ours)
@@ -246,7 +265,8 @@ def format_training(records: list[dict]) -> str:
     return "\n".join(lines + ratios)
 
 # %% ../notebooks/07a_step_and_training.ipynb #c031
-def parse_args(argv=None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    "The `bench` command's options: argv (None: sys.argv) -> argparse.Namespace."
     parser = argparse.ArgumentParser(
         prog="python -m txl_lib bench",
         description="Transformer-XL evaluation speed: cached memory against recompute.",
@@ -303,9 +323,8 @@ RUN_SIZES = {  # --quick or not -> the lengths the benchmark times (the command 
     False: dict(lengths=[128, 256, 512, 1024], tgt_len=64, repeats=3),
 }
 QUICK_MODEL = dict(n_layer=2, d_model=64, n_head=2, d_head=32, d_inner=256)  # else bench_model's
-TRAIN_SIZES: dict[
-    bool, dict[str, Any]
-] = {  # --quick or not -> the model of the training comparison
+# --quick or not -> the model of the training comparison
+TRAIN_SIZES: dict[bool, dict[str, Any]] = {
     True: dict(n_layer=2, d_model=64, d_head=16, d_inner=256, tgt_len=32),
     False: dict(n_layer=4, d_model=256, d_head=64, d_inner=1024, tgt_len=128),
 }
@@ -315,8 +334,16 @@ TABLES = [
     ("GFLOP/s of the matrix products", "gflop_per_s"),
 ]
 
+# %% ../notebooks/07a_step_and_training.ipynb #c131m
+def main(argv: list[str] | None = None) -> list[dict]:
+    """`python -m txl_lib bench`: time the procedures, print chapter 07's tables, write the records.
 
-def main(argv=None) -> list[dict]:
+    Args:
+        argv: the arguments (None: sys.argv).
+
+    Returns:
+        The records.
+    """
     args = parse_args(argv)
     check_outputs(args)  # before the long run, not after it
     if args.threads is not None:

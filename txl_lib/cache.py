@@ -92,9 +92,18 @@ class LayerCache:
         self.values.trim(keep)
 
 # %% ../notebooks/05b_frozen_layers.ipynb #c009a
-def sees_every_key(config, T: int, M: int) -> bool:
-    """Whether a call of T queries over a memory of M has one query that the attention mask of
-    `config` hides no key from: T = 1, and `same_length` hides none of M + 1 keys."""
+def sees_every_key(config: Any, T: int, M: int) -> bool:
+    """Whether a call has one query that the attention mask of `config` hides no key from: T = 1,
+    and `same_length` hides none of M + 1 keys.
+
+    Args:
+        config: the model's config (same_length, mem_len).
+        T: the number of queries.
+        M: the memory length.
+
+    Returns:
+        True where the one query may be scored without a mask.
+    """
     # same_length hides the keys j <= M - max(mem_len, 1) from the one query
     return T == 1 and not (config.same_length and M + 1 > max(config.mem_len, 1))
 
