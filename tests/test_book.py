@@ -589,13 +589,6 @@ def _png_size(data: bytes) -> tuple[int, int]:
     return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the notebooks store their figures at 1x (80-150 dpi, no width in the output's "
-    "metadata): each needs `%config InlineBackend.figure_formats = ['retina']` (or "
-    "matplotlib_inline's set_matplotlib_formats('retina')) before its first plot, and "
-    "re-executing; the book then draws them at half their pixels",
-)
 def test_every_figure_of_the_book_is_sharp_on_a_2x_screen(site):
     "Each figure's file has at least twice the pixels of the size its page draws it at."
     soft = []

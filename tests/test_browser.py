@@ -404,11 +404,6 @@ def test_search_excerpts_show_equations_as_text(browser_context, site):
     assert blocked == [] and errors == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the notebooks store their figures at 1x; see test_book's "
-    "test_every_figure_of_the_book_is_sharp_on_a_2x_screen for the change they need",
-)
 def test_figures_are_sharp_on_a_2x_screen(browser_context, site):
     """On a display of device pixel ratio 2, each figure has at least two image pixels per CSS
     pixel it is drawn at (a retina PNG drawn at half its pixels, or an SVG)."""

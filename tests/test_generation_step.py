@@ -1,6 +1,7 @@
-"""The one-token step's three changes, each against an independent computation: `Linear`'s blocked
-route against nn.functional.linear, one-query scoring against chapter 04's four terms, the cache's
-one projection of R against the plain forward; and the benchmark that times them (not its speed)."""
+"""The one-token step's changes, each against an independent computation: `Linear`'s blocked route
+against nn.functional.linear, one-query scoring against chapter 04's four terms, the cache's one
+projection of R against the plain forward; the step's count of dispatched operations (issue 47);
+and the benchmark that times them (not its speed)."""
 
 import pytest
 import torch
@@ -8,8 +9,8 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from txl_lib.attention import attention_mask, one_query_score, score_terms
-from txl_lib.bench import bench_model
-from txl_lib.bench_steps import STEP_VERSIONS, format_step_changes, step_changes, with_nn_linear
+from txl_lib.bench import bench_model, count_operations, step_operations
+from txl_lib.bench_steps import STEP_VERSIONS, format_step_changes, step_changes
 from txl_lib.cache import InferenceCache, sees_every_key
 from txl_lib.model import TXLConfig, TransformerXL
 from txl_lib.utils import Linear
@@ -87,17 +88,23 @@ def test_sees_every_key_follows_the_mask(same_length, mem_len):
         assert sees_every_key(model.config, T, M) == (T == 1 and not hidden)
 
 
-def test_the_benchmark_baseline_is_the_same_model_with_nn_linear():
-    model = bench_model(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64)
-    plain = with_nn_linear(model)
-    assert not any(isinstance(m, Linear) for m in plain.modules())
-    # qkv, w_r, out and the two of the feed-forward per layer, and the head: the model is intact
-    assert sum(isinstance(m, Linear) for m in model.modules()) == 2 * 5 + 1
-    assert plain.head.weight is plain.word_emb.weight  # still tied
-    ids = torch.randint(256, (2, 9))
+@pytest.mark.parametrize("B", [1, 4])
+def test_a_cached_one_token_step_dispatches_at_most_40_operations_per_layer(B):
+    model = bench_model()  # chapter 07's model: 4 layers of width 256, at L = 1024
+    counts = step_operations(model, L=1024, batch=B)
+    assert sum(counts.values()) <= 40 * model.config.n_layer, counts
+    assert "dropout" not in counts and "masked_fill" not in counts  # no dropout call, no mask
+
+
+def test_no_dropout_call_in_an_evaluation_step_of_a_model_with_dropout():
+    model = model_of(mem_len=8, dropout=0.3, dropatt=0.3)
+    cache, ids = model.new_cache(), torch.randint(30, (2, 12))
     with torch.inference_mode():
-        torch.testing.assert_close(plain(ids[:, :1]).logits, model(ids[:, :1]).logits)
-        torch.testing.assert_close(plain(ids).logits, model(ids).logits)
+        out = model(ids, cache=cache)
+        counts = count_operations(lambda: model(ids[:, :1], mems=out.mems, cache=cache))
+    assert counts and "dropout" not in counts
+    model.train()  # in training the dropouts are drawn: two calls differ
+    assert not torch.equal(model(ids).logits, model(ids).logits)
 
 
 def test_step_changes_reports_every_version_with_its_spread():
@@ -111,9 +118,7 @@ def test_step_changes_reports_every_version_with_its_spread():
             low, high = r[f"{key}_range"]
             assert 0 < low <= r[key] <= high
     assert all(
-        r["gain_range"] == [1.0, 1.0]
-        for r in records
-        if r["version"] == "nn.Linear, shift and mask"
+        r["gain_range"] == [1.0, 1.0] for r in records if r["version"] == next(iter(STEP_VERSIONS))
     )
     table = format_step_changes(records).splitlines()
     assert len(table) == 2 + len(records) and all(row.count("|") == 7 for row in table)

@@ -5,10 +5,10 @@
 
 # %% auto #0
 __all__ = ['seed_everything', 'CharVocab', 'IGNORE', 'load_corpus', 'corpus_streams', 'LMOutput', 'train', 'evaluate',
-           'mean_loss', 'stream_documents', 'TXLConfig', 'TransformerXL', 'InferenceCache', 'save_checkpoint',
-           'VariantConfig', 'PositionVariantLM', 'config_of_type', 'AdaptiveConfig', 'AdaptiveTransformerXL',
-           'WordVocab', 'KNNConfig', 'KNNTransformerXL', 'LSTMConfig', 'LSTMLM', 'from_hf', 'from_original',
-           'build_model', 'from_pretrained', 'config_from_dict']
+           'mean_loss', 'stream_documents', 'TXLConfig', 'TransformerXL', 'save_checkpoint', 'VariantConfig',
+           'PositionVariantLM', 'config_of_type', 'AdaptiveConfig', 'AdaptiveTransformerXL', 'WordVocab', 'KNNConfig',
+           'KNNTransformerXL', 'LSTMConfig', 'LSTMLM', 'from_hf', 'from_original', 'build_model', 'from_pretrained',
+           'config_from_dict']
 
 # %% ../notebooks/12a_top_level.ipynb #c027
 from importlib.metadata import version as _version, PackageNotFoundError as _NotInstalled
@@ -18,7 +18,6 @@ from .data import LMOutput, mean_loss
 from .training import train, evaluate, stream_documents
 from .model import TXLConfig, TransformerXL
 from .serialization import save_checkpoint
-from .cache import InferenceCache
 from .variants import VariantConfig, PositionVariantLM, config_of_type
 from .adaptive import AdaptiveConfig, AdaptiveTransformerXL, WordVocab
 from .knn import KNNConfig, KNNTransformerXL
@@ -40,7 +39,6 @@ _all_ = [
     "stream_documents",
     "TXLConfig",
     "TransformerXL",
-    "InferenceCache",
     "save_checkpoint",
     "VariantConfig",
     "PositionVariantLM",

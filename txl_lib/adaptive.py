@@ -213,8 +213,8 @@ class AdaptiveTransformerXL(TransformerXL):
     returned without targets."""
 
     config_class = AdaptiveConfig
-    word_emb: AdaptiveEmbedding  # made by embedding_and_head
-    head: ProjectedAdaptiveLogSoftmax
+    word_emb: AdaptiveEmbedding  # type: ignore[assignment]  # made by its embedding_and_head
+    head: ProjectedAdaptiveLogSoftmax  # type: ignore[assignment]
 
     def embedding_and_head(  # type: ignore[override]  # its config's kind
         self, c: AdaptiveConfig

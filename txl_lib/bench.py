@@ -5,14 +5,18 @@ this machine."""
 
 # %% auto #0
 __all__ = ['MODES', 'XL_MODES', 'PAPER_SPEEDUPS', 'bench_model', 'procedure', 'readers', 'time_modes', 'count_flops', 'measure',
-           'benchmark', 'read_bandwidth', 'generation_floor_ms']
+           'benchmark', 'read_bandwidth', 'generation_floor_ms', 'OperationCounter', 'count_operations',
+           'step_operations']
 
 # %% ../notebooks/07_speed_benchmark.ipynb #c001
 import platform, statistics, time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .utils import check_int, progress, write_atomically
 from .training import with_config
@@ -34,7 +38,20 @@ def bench_model(
     n_token: int = 256,
     seed: int = 0,
 ) -> TransformerXL:
-    "The benchmark's model: random weights, no dropout, evaluation mode."
+    """The benchmark's model: random weights, no dropout, evaluation mode.
+
+    Args:
+        n_layer: layers.
+        d_model: width E.
+        n_head: heads H.
+        d_head: head size D.
+        d_inner: feed-forward width F.
+        n_token: vocabulary V.
+        seed: the seed of the weights.
+
+    Returns:
+        A TransformerXL in eval mode.
+    """
     torch.manual_seed(seed)
     config = TXLConfig(
         n_token=n_token,
@@ -46,10 +63,18 @@ def bench_model(
     )
     return TransformerXL(config).eval()
 
-
+# %% ../notebooks/07_speed_benchmark.ipynb #c006p
 def procedure(mode: str, L: int, T: int) -> tuple[int, int, bool]:
-    """(tokens per call, memory length, whether an InferenceCache is used) of an XL mode at
-    attention length `L`."""
+    """How an XL mode reads at attention length `L`.
+
+    Args:
+        mode: one of XL_MODES.
+        L: the attention length.
+        T: the segment length.
+
+    Returns:
+        (tokens per call, memory length, whether an InferenceCache is used).
+    """
     n = T if mode.startswith("segment") else 1
     return n, L - T if n == T else L, not mode.endswith("uncached")
 
@@ -72,12 +97,10 @@ def cached_logits(
 ):
     """Segments of `T` with a memory of `mem_len`, through an InferenceCache
     (or, not `cache`, without); (B, S, V)."""
-    cache, mems, logits = InferenceCache(len(model.layers)) if cache else None, None, []
-    model = with_config(
-        model, mem_len=mem_len
-    )  # txl_lib.training: the caller's model is not edited
+    kept, mems, logits = InferenceCache(len(model.layers)) if cache else None, None, []
+    configured = with_config(model, mem_len=mem_len)  # txl_lib.training: the model not edited
     for segment in tokens.split(T, dim=1):
-        out = model(segment, mems=mems, cache=cache)
+        out = configured(segment, mems=mems, cache=kept)
         mems = out.mems
         logits.append(out.logits)
     return torch.cat(logits, 1)
@@ -127,7 +150,7 @@ def fastest_seconds(call, repeats: int, warmup: int = 1) -> float:
 def interleaved(contenders: list, rounds: int, measure) -> dict:
     """name -> [measure(*rest), one per round] for each (name, *rest) of `contenders`: each round
     measures every contender, starting one further along the list than the last round."""
-    runs = {name: [] for name, *_ in contenders}
+    runs: dict = {name: [] for name, *_ in contenders}
     for round_ in range(rounds):
         first = round_ % len(contenders)
         for name, *rest in contenders[first:] + contenders[:first]:
@@ -162,8 +185,18 @@ class CachedReader:
 # %% ../notebooks/07_speed_benchmark.ipynb #c109
 @torch.no_grad()
 def readers(model: TransformerXL, L: int, T: int, batch: int, seed: int = 0) -> dict:
-    """Per mode: (a call that predicts the next tokens, how many it predicts), at attention length
-    `L`, memories filled."""
+    """Per mode, a call that predicts the next tokens at attention length `L`, memories filled.
+
+    Args:
+        model: the model.
+        L: the attention length.
+        T: the segment length.
+        batch: the batch size B.
+        seed: the seed of the tokens.
+
+    Returns:
+        mode -> (the call, how many tokens one call predicts).
+    """
     tokens = torch.randint(
         model.config.n_token, (batch, 4 * L), generator=torch.Generator().manual_seed(seed)
     )
@@ -173,12 +206,20 @@ def readers(model: TransformerXL, L: int, T: int, batch: int, seed: int = 0) -> 
         calls[mode] = (CachedReader(model, tokens, n, mem_len, cache), batch * n)
     return calls
 
-
+# %% ../notebooks/07_speed_benchmark.ipynb #c109t
 @torch.inference_mode()
 def time_modes(calls: dict, repeats: int) -> dict:
     """Per mode, milliseconds per predicted token in each of `repeats` rounds; a round times every
-    mode once, in turn."""
-    ms = {mode: [] for mode in calls}  # count_flops has already run each call, twice for XL
+    mode once, in turn.
+
+    Args:
+        calls: `readers`' calls.
+        repeats: the rounds.
+
+    Returns:
+        mode -> one ms/token per round.
+    """
+    ms: dict = {mode: [] for mode in calls}  # count_flops has already run each call, twice for XL
     for _ in range(repeats):
         for mode, (call, n) in calls.items():
             # one-token steps: 8 calls a round
@@ -193,7 +234,14 @@ def time_modes(calls: dict, repeats: int) -> dict:
 @torch.no_grad()  # FlopCounterMode's module hooks do not run under inference_mode
 def count_flops(calls: dict) -> dict:
     """Per mode, floating-point operations of the matrix products per predicted token, in one
-    steady-state call."""
+    steady-state call.
+
+    Args:
+        calls: `readers`' calls.
+
+    Returns:
+        mode -> FLOPs per predicted token.
+    """
     flops = {}
     for mode, (call, n) in calls.items():
         if mode != "recompute":
@@ -205,8 +253,19 @@ def count_flops(calls: dict) -> dict:
 
 
 def measure(model: TransformerXL, L: int, T: int, batch: int, repeats: int) -> tuple[dict, dict]:
-    """(milliseconds, floating-point operations) per predicted token of each procedure at attention
-    length `L`."""
+    """Milliseconds and floating-point operations per predicted token of each procedure at attention
+    length `L`.
+
+    Args:
+        model: the model.
+        L: the attention length.
+        T: the segment length.
+        batch: the batch size B.
+        repeats: the rounds.
+
+    Returns:
+        (mode -> ms per token per round, mode -> FLOPs per token).
+    """
     calls = readers(model, L, T, batch)
     flops = count_flops(calls)  # first: it warms every procedure up
     return time_modes(calls, repeats), flops
@@ -306,8 +365,8 @@ def plot_speedups(records: list[dict], path=None):
             capsize=3,
             label=f"XL {COLUMNS[mode]} (this machine: median, range)",
         )
-    lengths = sorted({r["L"] for r in records if "L" in r} | set(PAPER_SPEEDUPS))
-    ax.plot(lengths, lengths, "k:", label="ideal: L")
+    ideal = sorted({r["L"] for r in records if "L" in r} | set(PAPER_SPEEDUPS))
+    ax.plot(ideal, ideal, "k:", label="ideal: L")
     ax.plot(*zip(*PAPER_SPEEDUPS.items()), "k^", label="paper, Table 9 (GPU, memory re-projected)")
     ax.set(
         xscale="log", yscale="log", xlabel="attention length L", ylabel="speed-up over recompute"
@@ -323,17 +382,23 @@ def plot_speedups(records: list[dict], path=None):
 
 # %% ../notebooks/07_speed_benchmark.ipynb #c013
 def benchmark(
-    lengths=(128, 256, 512, 1024),
+    lengths: tuple[int, ...] | list[int] = (128, 256, 512, 1024),
     T: int = 64,
     batch: int = 4,
     repeats: int = 3,
     model: TransformerXL | None = None,
 ) -> list[dict]:
-    "Check, then count and time the procedures at each attention length; the records (meta first)."
+    """Check that the procedures compute the same logits, then count and time them at each length.
+
+    Args:
+        lengths: the attention lengths L, multiples of T above it; T: the segment length.
+        batch: B; repeats: the rounds; model: None for `bench_model()`.
+
+    Returns:
+        The records: the machine's first, then one per (L, mode).
+    """
     lengths = [check_int("L", L, 2) for L in lengths]
-    check_int("T", T, 1)
-    check_int("batch", batch, 1)
-    check_int("repeats", repeats, 1)
+    check_int("T", T, 1), check_int("batch", batch, 1), check_int("repeats", repeats, 1)
     if any(L <= T or L % T for L in lengths):
         raise ValueError(
             f"every length L must be a multiple of the segment length T={T} and exceed "
@@ -356,16 +421,37 @@ def benchmark(
     return records
 
 # %% ../notebooks/07_speed_benchmark.ipynb #c419
-def read_bandwidth(n_bytes: int = 2**28, repeats: int = 3, device=None) -> float:
-    """Bytes per second this machine (or `device`) reads from memory: a sum over a buffer far
-    larger than any cache, waited for (`item`)."""
+def read_bandwidth(
+    n_bytes: int = 2**28, repeats: int = 3, device: torch.device | str | None = None
+) -> float:
+    """Bytes per second this machine (or `device`) reads from memory: a sum over a buffer far larger
+    than any cache, waited for (`item`).
+
+    Args:
+        n_bytes: the buffer's size.
+        repeats: the reads; the fastest counts.
+        device: where to read (None: the CPU).
+
+    Returns:
+        Bytes per second.
+    """
     x = torch.ones(n_bytes // 4, device=device)
     return n_bytes / fastest_seconds(lambda: x.sum().item(), repeats)
 
 
 def generation_floor_ms(config: TXLConfig, L: int, batch: int, bandwidth: float) -> float:
     """Milliseconds per token to just read the memory's keys and values, W_r·R and the weights once
-    per step."""
+    per step.
+
+    Args:
+        config: the model's config.
+        L: the memory length.
+        batch: the batch size B.
+        bandwidth: bytes per second.
+
+    Returns:
+        The floor, ms per token.
+    """
     c = config
     keys_values = 2 * L * c.n_head * c.d_head * batch  # per layer, per step
     positions = L * c.n_head * c.d_head
@@ -398,3 +484,52 @@ def format_floor(records: list[dict]) -> str:
             f"{significant(r['floor_ms_per_token'])} | {r['floor_ratio']:.1f}x |"
         )
     return "\n".join(rows)
+
+# %% ../notebooks/07_speed_benchmark.ipynb #c024c
+class OperationCounter(TorchDispatchMode):
+    "Counts, by name, the aten operations dispatched while it is active."
+
+    def __init__(self):
+        super().__init__()
+        self.counts: Counter = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.counts[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_operations(call: Callable[[], object]) -> Counter:
+    """The aten operations one `call()` dispatches.
+
+    Args:
+        call: what to run, with no arguments.
+
+    Returns:
+        operation name -> how many times it was dispatched.
+    """
+    with OperationCounter() as counter:
+        call()
+    return counter.counts
+
+# %% ../notebooks/07_speed_benchmark.ipynb #c024s
+def step_operations(
+    model: TransformerXL, L: int = 1024, batch: int = 1, one_query: bool = True
+) -> Counter:
+    """The aten operations of one cached one-token step over a memory of `L`, after two warm-up
+    steps.
+
+    Args:
+        model: the model, in evaluation mode.
+        L: the memory length.
+        batch: the number of sequences, B.
+        one_query: whether the cache scores the one query without shift or mask.
+
+    Returns:
+        operation name -> how many times one step dispatched it (a Counter).
+    """
+    seeded = torch.Generator().manual_seed(0)
+    tokens = torch.randint(model.config.n_token, (batch, 4 * L), generator=seeded)
+    with torch.inference_mode():
+        reader = CachedReader(model, tokens, 1, L, one_query=one_query)
+        reader(), reader()
+        return count_operations(reader)

@@ -9,12 +9,14 @@ __all__ = ['RUN_SIZES', 'QUICK_MODEL', 'TRAIN_SIZES', 'TABLES', 'saved_tensor_by
 
 # %% ../notebooks/07a_step_and_training.ipynb #b002
 import argparse, copy, json, statistics, time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn as nn
 
-from .utils import Linear, check_int, write_atomically
+from .utils import check_int, write_atomically
 from .training import IGNORE
 from .model import TXLConfig, TransformerXL
 from .bench import bench_model, benchmark, read_bandwidth, with_floor, format_table
@@ -22,25 +24,8 @@ from .bench import format_floor, plot_speedups, interleaved, fastest_seconds
 from .bench import CachedReader, generation_floor_ms, significant
 
 # %% ../notebooks/07a_step_and_training.ipynb #c061
-def with_nn_linear(model: nn.Module) -> nn.Module:
-    """A copy of `model` whose every `Linear` (txl_lib.utils) is an nn.Linear holding the same
-    weights: the step with PyTorch's own route for its matrix-vector products."""
-    plain = copy.deepcopy(model)
-    for module in list(plain.modules()):
-        for name, child in module.named_children():
-            if isinstance(child, Linear):
-                twin = nn.Linear(child.in_features, child.out_features, bias=child.bias is not None)
-                twin.weight, twin.bias = child.weight, child.bias
-                setattr(module, name, twin)
-    return plain
-
-
-# name -> (Linear's blocked products, one-query scoring), in the order of the text
-STEP_VERSIONS = {
-    "nn.Linear, shift and mask": (False, False),
-    "blocked products": (True, False),
-    "one query (now)": (True, True),
-}
+# name -> whether the cache scores one query without shift or mask, in the order of the text
+STEP_VERSIONS = {"shift and mask": False, "one query (now)": True}
 
 # %% ../notebooks/07a_step_and_training.ipynb #c062a
 def ms_per_step(reader: CachedReader, steps: int, batch: int) -> float:
@@ -67,12 +52,12 @@ def step_changes(model, L: int = 1024, batches=(1, 4), rounds: int = 5, steps: i
     its gain over the version before it and its ratio to the floor; median and range over
     interleaved rounds, each of which also reads the bandwidth."""
     device = next(model.parameters()).device
-    plain, contenders = with_nn_linear(model), [("bandwidth", read_bandwidth, 2**28, 1, device)]
+    contenders: list[tuple] = [("bandwidth", read_bandwidth, 2**28, 1, device)]
     for B in batches:
         seeded = torch.Generator().manual_seed(B)
         tokens = torch.randint(model.config.n_token, (B, 4 * L), generator=seeded).to(device)
-        for name, (blocked, one_query) in STEP_VERSIONS.items():
-            reader = CachedReader(model if blocked else plain, tokens, 1, L, one_query=one_query)
+        for name, one_query in STEP_VERSIONS.items():
+            reader = CachedReader(model, tokens, 1, L, one_query=one_query)
             contenders.append(((B, name), ms_per_step, reader, steps, B))
     runs = interleaved(contenders, rounds, lambda measure, *arguments: measure(*arguments))
     bandwidths, names, records = runs.pop("bandwidth"), list(STEP_VERSIONS), []
@@ -108,9 +93,17 @@ def format_step_changes(records: list[dict]) -> str:
     return "\n".join(rows)
 
 # %% ../notebooks/07a_step_and_training.ipynb #c026
-def saved_tensor_bytes(call, parameters=()):
-    """Run `call()`; its result, and the bytes of the distinct activations (not `parameters`) saved
-    for backward."""
+def saved_tensor_bytes(call: Callable[[], Any], parameters: Iterable = ()) -> tuple[Any, int]:
+    """Run `call()` and count the bytes of the distinct activations (not `parameters`) autograd
+    saves for backward.
+
+    Args:
+        call: what to run, with no arguments.
+        parameters: tensors not to count (the weights).
+
+    Returns:
+        (call's result, bytes saved).
+    """
     weights = {p.untyped_storage().data_ptr() for p in parameters}
     storages = {}
 
@@ -124,8 +117,16 @@ def saved_tensor_bytes(call, parameters=()):
     return result, sum(storages.values())
 
 # %% ../notebooks/07a_step_and_training.ipynb #c526
-def hf_twin(config: TXLConfig):
-    "A HuggingFace TransfoXLLMHeadModel with `config`'s sizes, and our model with the same weights."
+def hf_twin(config: TXLConfig) -> tuple[nn.Module, TransformerXL]:
+    """A HuggingFace TransfoXLLMHeadModel with `config`'s sizes, and our model with the same
+    weights.
+
+    Args:
+        config: the sizes (no dropout, no adaptive softmax).
+
+    Returns:
+        (the port's model, ours).
+    """
     try:
         from transformers import TransfoXLConfig, TransfoXLLMHeadModel
     except ImportError:
@@ -201,12 +202,13 @@ def measure_training(model, forward, stream: torch.Tensor, T: int, steps: int):
     return torch.stack(losses), min(seconds), saved
 
 # %% ../notebooks/07a_step_and_training.ipynb #c326a
-def training_comparison(config: TXLConfig, batch=8, steps=3, rounds=3, seed=0) -> list[dict]:
-    """Tokens/s and saved-for-backward memory of a training step: HF's port, ours, ours with
-    checkpointed layers."""
-    check_int("steps", steps, 2)
-    check_int("batch", batch, 1)
-    check_int("rounds", rounds, 1)
+def training_comparison(
+    config: TXLConfig, batch: int = 8, steps: int = 3, rounds: int = 3, seed: int = 0
+) -> list[dict]:
+    """Tokens/s and saved-for-backward memory of a training step (`batch`, `steps` a round, the
+    first a warm-up, `rounds` interleaved): HF's port, ours, ours with checkpointed layers -> one
+    record per implementation, ours with ratios to the port."""
+    check_int("steps", steps, 2), check_int("batch", batch, 1), check_int("rounds", rounds, 1)
     torch.manual_seed(seed)
     hf, ours = hf_twin(config)
     checkpointed = copy.deepcopy(ours)
@@ -263,7 +265,8 @@ def format_training(records: list[dict]) -> str:
     return "\n".join(lines + ratios)
 
 # %% ../notebooks/07a_step_and_training.ipynb #c031
-def parse_args(argv=None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    "The `bench` command's options: argv (None: sys.argv) -> argparse.Namespace."
     parser = argparse.ArgumentParser(
         prog="python -m txl_lib bench",
         description="Transformer-XL evaluation speed: cached memory against recompute.",
@@ -320,7 +323,8 @@ RUN_SIZES = {  # --quick or not -> the lengths the benchmark times (the command 
     False: dict(lengths=[128, 256, 512, 1024], tgt_len=64, repeats=3),
 }
 QUICK_MODEL = dict(n_layer=2, d_model=64, n_head=2, d_head=32, d_inner=256)  # else bench_model's
-TRAIN_SIZES = {  # --quick or not -> the model of the training comparison
+# --quick or not -> the model of the training comparison
+TRAIN_SIZES: dict[bool, dict[str, Any]] = {
     True: dict(n_layer=2, d_model=64, d_head=16, d_inner=256, tgt_len=32),
     False: dict(n_layer=4, d_model=256, d_head=64, d_inner=1024, tgt_len=128),
 }
@@ -330,8 +334,16 @@ TABLES = [
     ("GFLOP/s of the matrix products", "gflop_per_s"),
 ]
 
+# %% ../notebooks/07a_step_and_training.ipynb #c131m
+def main(argv: list[str] | None = None) -> list[dict]:
+    """`python -m txl_lib bench`: time the procedures, print chapter 07's tables, write the records.
 
-def main(argv=None) -> list[dict]:
+    Args:
+        argv: the arguments (None: sys.argv).
+
+    Returns:
+        The records.
+    """
     args = parse_args(argv)
     check_outputs(args)  # before the long run, not after it
     if args.threads is not None:

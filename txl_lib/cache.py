@@ -7,8 +7,9 @@ and values and $\mathbf{W}_{k,R}\mathbf{R}$, so a call computes only what is new
 __all__ = ['AppendBuffer', 'LayerCache', 'sees_every_key', 'InferenceCache']
 
 # %% ../notebooks/05b_frozen_layers.ipynb #k002
+from typing import Any
+
 import torch
-import torch.nn as nn
 
 from .positions import relative_positions
 from .attention import RelativeMultiHeadAttention, attention_mask
@@ -16,10 +17,12 @@ from .attention import RelativeMultiHeadAttention, attention_mask
 # %% ../notebooks/05b_frozen_layers.ipynb #c005
 class AppendBuffer:
     """A sequence along dim -2 that grows by writing in place; views handed out stay valid
-    (nothing is overwritten)."""
+    (nothing is overwritten). `transposed`: kept in memory as (..., C, capacity), the layout in
+    which a product with the sequence transposed, such as q·kᵀ, reads it row by row."""
 
-    def __init__(self):
-        self.buffer: torch.Tensor | None = None  # (..., capacity, C)
+    def __init__(self, transposed: bool = False):
+        self.transposed = transposed
+        self.buffer = torch.empty(0, 0)  # (..., capacity, C)
         self.start = self.end = 0  # the sequence is buffer[..., start:end, :]
 
     @property
@@ -27,22 +30,26 @@ class AppendBuffer:
         return self.end - self.start
 
     def view(self) -> torch.Tensor:
-        return self.buffer[..., self.start : self.end, :]
+        "The kept sequence (..., M, C), a view of the buffer."
+        return self.buffer.narrow(-2, self.start, self.length)
 
     def append(self, x: torch.Tensor) -> torch.Tensor:
         "Append x (..., T, C); the kept sequence and x, (..., M+T, C), as a view."
         T = x.size(-2)
-        if self.buffer is None or self.end + T > self.buffer.size(-2):
+        if self.end + T > self.buffer.size(-2):
             self._make_room(x)
-        self.buffer[..., self.end : self.end + T, :] = x
+        self.buffer.narrow(-2, self.end, T).copy_(x)
         self.end += T
         return self.view()
 
     def _make_room(self, x: torch.Tensor):
         "A new buffer with the kept sequence at its front, room for x and as much again."
-        buffer = x.new_empty(*x.shape[:-2], 2 * (self.length + x.size(-2)) + 16, x.size(-1))
-        if self.buffer is not None:
-            buffer[..., : self.length, :] = self.view()
+        *lead, T, C = x.shape
+        capacity = 2 * (self.length + T) + 16
+        buffer = x.new_empty(*lead, *((C, capacity) if self.transposed else (capacity, C)))
+        buffer = buffer.mT if self.transposed else buffer  # (..., capacity, C) either way
+        if self.length:
+            buffer.narrow(-2, 0, self.length).copy_(self.view())
         self.buffer, self.start, self.end = buffer, 0, self.length
 
     def trim(self, keep: int):
@@ -54,31 +61,49 @@ class LayerCache:
     "What one layer keeps between inference calls while its weights are frozen."
 
     def __init__(self):
-        self.kv = AppendBuffer()  # (2, B, H, M, D): the memory's keys and values
-        # (B, M, E): the memory itself (the layer's past inputs), for the model
-        self.hidden = AppendBuffer()
+        self.keys = AppendBuffer(transposed=True)  # (B, H, M, D), each head's kept as (D, M)
+        self.values = AppendBuffer()  # (B, H, M, D)
         self.r: torch.Tensor | None = None  # the R whose projection `positions` holds
-        self.positions: torch.Tensor | None = None  # W_r·R as (H, rows of R, D)
+        self.positions = torch.empty(0, 0, 0)  # W_r·R (H, rows of R, D), kept as (H, D, rows)
 
-    def keys_values(self, attention: RelativeMultiHeadAttention, x: torch.Tensor):
+    @property
+    def length(self) -> int:
+        "How many keys (and values) the layer holds."
+        return self.keys.length
+
+    def keys_values(self, attention: RelativeMultiHeadAttention, x: torch.Tensor) -> tuple:
         """Queries (B,H,T,D) of x; keys and values (B,H,M+T,D): the memory's kept, x's projected and
-        appended."""
-        heads = attention.project(x)  # (3, B, H, T, D): queries, keys, values
-        return (heads[0], *self.kv.append(heads[1:]).unbind(0))
+        written after them in place."""
+        q, k, val = attention.project(x)  # (B, H, T, D) each
+        return q, self.keys.append(k), self.values.append(val)
 
     def projected_positions(
         self, attention: RelativeMultiHeadAttention, r: torch.Tensor
     ) -> torch.Tensor:
         """W_r·R (H, K, D) for the K keys `keys_values` left, R's last K rows: a view of the
-        projection of R (at least K rows), computed once per R."""
+        projection of R (at least K rows), computed once per R and kept as (H, D, rows)."""
         if r is not self.r:
-            self.r, self.positions = r, attention.project_positions(r)
-        return self.positions[:, -self.kv.length :]
+            self.r, self.positions = r, attention.project_positions(r).mT.contiguous().mT
+        return self.positions.narrow(1, self.positions.size(1) - self.length, self.length)
+
+    def trim(self, keep: int):
+        "Keep the keys and values of the last `keep` positions."
+        self.keys.trim(keep)
+        self.values.trim(keep)
 
 # %% ../notebooks/05b_frozen_layers.ipynb #c009a
-def sees_every_key(config, T: int, M: int) -> bool:
-    """Whether a call of T queries over a memory of M has one query that the attention mask of
-    `config` hides no key from: T = 1, and `same_length` hides none of M + 1 keys."""
+def sees_every_key(config: Any, T: int, M: int) -> bool:
+    """Whether a call has one query that the attention mask of `config` hides no key from: T = 1,
+    and `same_length` hides none of M + 1 keys.
+
+    Args:
+        config: the model's config (same_length, mem_len).
+        T: the number of queries.
+        M: the memory length.
+
+    Returns:
+        True where the one query may be scored without a mask.
+    """
     # same_length hides the keys j <= M - max(mem_len, 1) from the one query
     return T == 1 and not (config.same_length and M + 1 > max(config.mem_len, 1))
 
@@ -88,18 +113,17 @@ class InferenceCache:
 
     def __init__(self, n_layer: int, one_query: bool = True):
         self.layers = [LayerCache() for _ in range(n_layer)]
+        self.hidden = AppendBuffer()  # (N, B, M, E): every layer's memory (its past inputs)
         self.r: torch.Tensor | None = None  # R for the most keys so far; a call reads its last rows
         self.mems: list | None = None  # the mems the last call returned
-        self.one_query = (
-            one_query  # one-token calls scored without shift or mask (txl_lib.attention)
-        )
+        self.one_query = one_query  # one-token calls scored without shift or mask (05a)
 
     @property
     def length(self) -> int:
         "How many memory positions the cache holds."
-        return self.layers[0].kv.length
+        return self.hidden.length
 
-    def check(self, model: nn.Module, mems: list | None):
+    def check(self, model: Any, mems: list | None):
         """Refuse another object, a model without `new_cache`, gradients, training mode, and a
         memory other than the one this cache returned last."""
         if type(self) is not InferenceCache or not hasattr(model, "new_cache"):
@@ -114,11 +138,12 @@ class InferenceCache:
 
     def positions(self, config, K: int, like: torch.Tensor) -> torch.Tensor:
         "R (rows, E) with at least K rows, the last K this call's; when short, made twice as long."
-        if self.r is None or self.r.size(0) < K:
-            K = max(K, 2 * (0 if self.r is None else self.r.size(0)))
-            self.r = relative_positions(K, config.d_model, config.clamp_len, like.device)
-            self.r = self.r.to(like.dtype)
-        return self.r
+        r = self.r
+        if r is None or r.size(0) < K:
+            K = max(K, 2 * (0 if r is None else r.size(0)))
+            r = relative_positions(K, config.d_model, config.clamp_len, like.device).to(like.dtype)
+            self.r = r
+        return r
 
     def mask(self, config, T: int, M: int, device) -> torch.Tensor | None:
         "The mask of T queries over M kept positions; None for one query that sees every key."
@@ -136,9 +161,9 @@ class InferenceCache:
 
     def update(self, hiddens: list, mem_len: int) -> list:
         "Append the segment's layer inputs, keep the last `mem_len` positions -> new mems (B,M,E)."
-        for layer, hidden in zip(self.layers, hiddens):
-            layer.hidden.append(hidden)
-            layer.hidden.trim(mem_len)
-            layer.kv.trim(mem_len)
-        self.mems = [layer.hidden.view() for layer in self.layers]
+        self.hidden.append(torch.stack(hiddens))  # one write for all the layers: (N, B, T, E)
+        self.hidden.trim(mem_len)
+        for layer in self.layers:
+            layer.trim(mem_len)
+        self.mems = list(self.hidden.view().unbind(0))
         return self.mems

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from .utils import MAX_INT, Linear, check_int, check_number, check_shape, check_type
 from .utils import machine_memory
@@ -25,7 +26,7 @@ from .serialization import ConfigDicts, config_of_fields, load_saved, write_pret
 from .vanilla import feed_forward
 from .memory import update_memory, run_layers
 from .positions import relative_positions
-from .attention import RelativeMultiHeadAttention, attention_mask
+from .attention import RelativeMultiHeadAttention, attention_mask, dropped
 from .cache import InferenceCache
 
 # %% ../notebooks/06_model.ipynb #c005a
@@ -128,12 +129,23 @@ class DecoderLayer(nn.Module):
 
     def feed_forward(self, x):
         "The position-wise block on the attention's output x (B,T,E), residual and norm -> (B,T,E)."
-        return x + self.ff(self.ff_norm(x)) if self.pre_lnorm else self.ff_norm(x + self.ff(x))
+        inner, _, drop_inner, outer, drop_outer = self.ff  # chapter 01's block, as functions
+        y = F.linear(self.ff_norm(x) if self.pre_lnorm else x, inner.weight, inner.bias).relu_()
+        y = dropped(drop_outer, F.linear(dropped(drop_inner, y), outer.weight, outer.bias))
+        return x + y if self.pre_lnorm else self.ff_norm(x + y)
 
 # %% ../notebooks/06_model.ipynb #c012
-def init_weights(model: nn.Module, std: float):
-    """The original's initialisation: Linear and Embedding weights normal(0, std), biases 0,
-    LayerNorm weights normal(1, std)."""
+def init_weights(model: nn.Module, std: float) -> None:
+    """The original's initialisation, in place: Linear and Embedding weights normal(0, std), biases
+    0, LayerNorm weights normal(1, std).
+
+    Args:
+        model: the model whose modules are initialised.
+        std: the standard deviation.
+
+    Returns:
+        None.
+    """
     for module in model.modules():
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, 0.0, std)
@@ -346,8 +358,7 @@ class TransformerXL(PretrainedModel):
 
     def __init__(self, config: TXLConfig):
         super().__init__(c := config)
-        self.word_emb, head = self.embedding_and_head(c)
-        self.drop = nn.Dropout(c.dropout)
+        (self.word_emb, head), self.drop = self.embedding_and_head(c), nn.Dropout(c.dropout)
         self.layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.n_layer))
         bias_shape = (c.n_layer, c.n_head, c.d_head) if c.untie_r else (c.n_head, c.d_head)
         self.u, self.v = (nn.Parameter(torch.zeros(bias_shape)) for _ in range(2))
@@ -358,18 +369,19 @@ class TransformerXL(PretrainedModel):
         "As `PretrainedModel.forward`: embed, run the layers over their memories, read out."
         self.check_call(input_ids, mems, targets, cache)
         (T, M), c = (input_ids.size(1), 0 if mems is None else mems[0].size(1)), self.config
-        x = self.drop(self.embed(input_ids))  # (B, T, E)
+        x = dropped(self.drop, self.embed(input_ids))  # (B, T, E); no call in evaluation
         if cache is None:  # R (M+T, E) and the mask (T, M+T) of this call
-            r = self.drop(relative_positions(M + T, c.d_model, c.clamp_len, x.device).to(x.dtype))
+            r = relative_positions(M + T, c.d_model, c.clamp_len, x.device).to(x.dtype)
+            r = dropped(self.drop, r)
             mask, caches = attention_mask(T, M, c.same_length, c.mem_len, x.device), None
         else:  # chapter 05b's cache: R (at least M+T rows), the mask, each layer's cache
             r, mask, caches = cache.call_inputs(c, T, M, x)
         x, hiddens = run_layers(self, x, r, mask, mems, caches)
-        logits, loss = self.read_out(self.drop(x), targets)  # (B, T, V), (B, T)
+        logits, loss = self.read_out(dropped(self.drop, x), targets)  # (B, T, V), (B, T)
         new = cache.update(hiddens, c.mem_len) if cache else update_memory(mems, hiddens, c.mem_len)
         return LMOutput(logits, loss, new, hiddens, mean_loss(loss, targets))
 
-    def embedding_and_head(self, c: TXLConfig) -> tuple[nn.Module, nn.Module]:
+    def embedding_and_head(self, c: TXLConfig) -> tuple[nn.Embedding, Linear]:
         "nn.Embedding (V, E) and the read-out Linear (E -> V), tied with tie_weight."
         embedding, head = nn.Embedding(c.n_token, c.d_model), Linear(c.d_model, c.n_token)
         if c.tie_weight:
@@ -382,7 +394,7 @@ class TransformerXL(PretrainedModel):
 
     def read_out(self, x: torch.Tensor, targets: torch.Tensor | None):
         "x (B, T, E) -> logits (B, T, V) and, with targets, the per-token loss (B, T)."
-        logits = self.head(x)
+        logits = F.linear(x, self.head.weight, self.head.bias)
         return logits, None if targets is None else token_loss(logits, targets)
 
     def biases(self, i: int):
@@ -422,15 +434,39 @@ def check_sampling(
 # %% ../notebooks/06_model.ipynb #c026a
 def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """Top-p (nucleus) sampling's cut (Holtzman et al., 2020): of the tokens by falling probability,
-    keep the fewest whose mass reaches `top_p`; probs (B, V), the others set to 0."""
+    keep the fewest whose mass reaches `top_p`.
+
+    Args:
+        probs: probabilities (B, V).
+        top_p: the mass to keep, in (0, 1].
+
+    Returns:
+        (B, V) probabilities, the others set to 0 (not renormalised).
+    """
     ranked, order = probs.sort(-1, descending=True)
     above = ranked.cumsum(-1) - ranked  # the mass of the tokens ranked before each
     return probs.scatter(-1, order, ranked.masked_fill(above >= top_p, 0))
 
+# %% ../notebooks/06_model.ipynb #c026s
+def sample(
+    model: Any,
+    input_ids: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
+    """generate's loop on a model in eval mode, through its inference cache where it has one.
 
-def sample(model, input_ids, max_new_tokens, temperature, top_k, top_p, generator) -> torch.Tensor:
-    """generate's loop, on a model in eval mode; with the model's inference cache where it has one
-    (txl_lib.cache). Temperature 0 is greedy; top_k, then top_p, cut the distribution first."""
+    Args:
+        model: the model; input_ids: the prompt (B, P); max_new_tokens: how many to add.
+        temperature: 0 (greedy) or the softmax's; top_k, top_p: None or the cuts, top_k first.
+        generator: None or the random generator.
+
+    Returns:
+        (B, P + max_new_tokens) token ids.
+    """
     cache = model.new_cache() if hasattr(model, "new_cache") else None
     out, tokens = model(input_ids, cache=cache), [input_ids]
     for _ in range(max_new_tokens):
