@@ -55,7 +55,7 @@ run: install  ## execute every chapter in a fresh kernel into build/, print each
 	  echo "running $$nb"; \
 	  $(NBEXEC) --output-dir build $$nb --log-level WARN || exit 1; \
 	done
-	@$(BIN)/python -c "from txl_lib.utils import report_run; report_run('build')"
+	@$(BIN)/python -c "from txl_lib.infrastructure import report_run; report_run('build')"
 
 EXPORT := $(BIN)/nbdev-export
 

@@ -16,7 +16,8 @@ from safetensors.torch import save_file
 
 from txl_lib.data import corpus_streams
 from txl_lib.training import stream_documents, train
-from txl_lib.utils import seed_everything, write_manifest
+from txl_lib.utils import seed_everything
+from txl_lib.infrastructure import write_manifest
 from txl_lib.vanilla import VanillaTransformerLM
 
 OUT = Path(__file__).with_suffix("")                 # reference/01_context_fragmentation/

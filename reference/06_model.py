@@ -18,7 +18,8 @@ from safetensors.torch import save_file
 from txl_lib.data import corpus_streams, sort_task
 from txl_lib.model import TXLConfig, TransformerXL
 from txl_lib.training import evaluate, stream_documents, train
-from txl_lib.utils import seed_everything, write_manifest
+from txl_lib.utils import seed_everything
+from txl_lib.infrastructure import write_manifest
 from txl_lib.vanilla import VanillaTransformerLM
 
 OUT = Path(__file__).with_suffix("")                 # reference/06_model/

@@ -14,7 +14,7 @@ import torch
 
 from txl_lib.bench import bench_model
 from txl_lib.bench_steps import format_step_changes, step_changes
-from txl_lib.utils import write_atomically, write_manifest
+from txl_lib.infrastructure import write_atomically, write_manifest
 
 OUT = Path(__file__).with_suffix("")                 # reference/07_speed_benchmark/
 

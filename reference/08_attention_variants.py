@@ -18,7 +18,8 @@ from safetensors.torch import save_file
 
 from txl_lib.data import corpus_streams
 from txl_lib.training import stream_documents, train
-from txl_lib.utils import seed_everything, write_manifest
+from txl_lib.utils import seed_everything
+from txl_lib.infrastructure import write_manifest
 from txl_lib.pretrained import build_model
 from txl_lib.variants import config_of_type
 

@@ -11,7 +11,8 @@ from safetensors.torch import save_file
 from txl_lib.model import TXLConfig, TransformerXL
 from txl_lib.recl import key_value_stream, losses_at_contexts
 from txl_lib.training import train, stream_documents
-from txl_lib.utils import seed_everything, write_manifest
+from txl_lib.utils import seed_everything
+from txl_lib.infrastructure import write_manifest
 from txl_lib.vanilla import VanillaTransformerLM
 
 OUT = Path(__file__).resolve().parent / "08a_recl"

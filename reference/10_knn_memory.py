@@ -18,7 +18,8 @@ from safetensors.torch import save_file
 from txl_lib.knn import RECALL_MODELS, RECALL_RECIPE, KNNTransformerXL, mixed_recall, recall_config
 from txl_lib.model import TransformerXL
 from txl_lib.training import train
-from txl_lib.utils import seed_everything, write_manifest
+from txl_lib.utils import seed_everything
+from txl_lib.infrastructure import write_manifest
 
 OUT = Path(__file__).with_suffix("")                 # reference/10_knn_memory/
 SEEDS = (0, 1, 2)

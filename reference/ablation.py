@@ -59,7 +59,8 @@ from txl_lib.corpora import load_splits
 from txl_lib.real_text import SPEED_CLAIM, counted_work
 from txl_lib.data import batchify
 from txl_lib.training import stream_documents
-from txl_lib.utils import seed_everything, write_atomically, write_manifest
+from txl_lib.utils import seed_everything
+from txl_lib.infrastructure import write_atomically, write_manifest
 from txl_lib.vanilla import sliding_window_loss
 
 OUT = Path(__file__).with_suffix("")                 # reference/ablation/

@@ -47,7 +47,7 @@ from txl_lib import LSTMConfig, TXLConfig, VariantConfig, build_model, evaluate,
 from txl_lib.corpora import load_splits
 from txl_lib.recl import losses_at_contexts
 from txl_lib.data import batchify
-from txl_lib.utils import write_atomically, write_manifest
+from txl_lib.infrastructure import write_atomically, write_manifest
 from txl_lib.training import stream_documents
 from txl_lib.utils import seed_everything
 from txl_lib.vanilla import sliding_window_loss

@@ -145,7 +145,7 @@ def test_a_full_disk_keeps_the_last_checkpoint_and_resumes_exactly(
     with (
         monkeypatch.context() as patch
     ):  # each save writes state.pt, then the model, vocab.json and log.json
-        patch.setattr(txl_lib.utils.os, "fdopen", fdopen)
+        patch.setattr(txl_lib.infrastructure.os, "fdopen", fdopen)
         with pytest.raises(OSError, match="disk is full"):
             train_command(command(out, "--save-every", "2"))
     assert not list(out.glob("*.tmp"))

@@ -311,7 +311,7 @@ def test_a_damaged_reference_run_is_refused_naming_the_file(reference_run, damag
 
 def test_a_consistent_reference_run_of_another_shape_is_refused(reference_run):
     from txl_lib.knn import load_recall_reference
-    from txl_lib.utils import write_manifest
+    from txl_lib.infrastructure import write_manifest
 
     (reference_run / "training_log.json").write_text("[1, 2]")
     write_manifest(reference_run)  # listed, and still not a training log
@@ -322,7 +322,7 @@ def test_a_consistent_reference_run_of_another_shape_is_refused(reference_run):
 def test_reference_weights_that_do_not_fit_are_refused_naming_the_file(reference_run):
     from safetensors.torch import load_file, save_file
     from txl_lib.knn import load_recall_reference
-    from txl_lib.utils import write_manifest
+    from txl_lib.infrastructure import write_manifest
 
     weights = load_file(reference_run / "models.safetensors")
     weights.pop("XL + KNN memory, seed 1/layers.1.attn.gate")

@@ -13,7 +13,7 @@ from txl_lib.bench import bench_model, count_operations, step_operations
 from txl_lib.bench_steps import STEP_VERSIONS, format_step_changes, step_changes
 from txl_lib.cache import InferenceCache, sees_every_key
 from txl_lib.model import TXLConfig, TransformerXL
-from txl_lib.utils import Linear
+from txl_lib.infrastructure import Linear
 
 
 def products(call) -> set:

@@ -28,7 +28,8 @@ from txl_lib.model import TXLConfig, TransformerXL
 from txl_lib.serialization import save_checkpoint
 from loading import load_checkpoint
 from txl_lib.training import train
-from txl_lib.utils import seed_everything, write_manifest
+from txl_lib.utils import seed_everything
+from txl_lib.infrastructure import write_manifest
 
 
 def filled_store(B=3, H=2, D=5, C=16, n=11, seed=0):

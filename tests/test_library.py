@@ -229,7 +229,7 @@ def test_a_crash_while_saving_leaves_the_old_files_and_no_temporary(tmp_path, mo
     def crash(source, target):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(txl_lib.utils.os, "replace", crash)  # the one writer's rename (chapter 00)
+    monkeypatch.setattr(txl_lib.infrastructure.os, "replace", crash)  # the one writer's rename
     with pytest.raises(OSError, match="the disk is full"):
         kind_model("xl", seed=1).save_pretrained(folder)
     monkeypatch.undo()

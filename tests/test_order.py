@@ -52,12 +52,17 @@ def imported_modules(path: Path) -> set[str]:
     return modules
 
 
+def is_appendix(stem: str) -> bool:
+    "An appendix holds machinery a learner may skip: any chapter may import it."
+    return "_appendix_" in stem
+
+
 def later_imports(path: Path) -> list[str]:
     chapters = chapter_of_module()
     return sorted(
         f"{module} (chapter {chapters[module]})"
         for module in imported_modules(path)
-        if module in chapters and chapters[module] > path.stem
+        if module in chapters and chapters[module] > path.stem and not is_appendix(chapters[module])
     )
 
 
@@ -95,6 +100,14 @@ def test_every_chapter_ends_with_exercises_whose_solutions_assert(path):
         asserts = [n for n in ast.walk(ast.parse(text(cell))) if isinstance(n, ast.Assert)]
         assert cell["cell_type"] == "code" and asserts, f"cell {i}: a solution asserts its answer"
         assert cell["execution_count"] is not None, f"cell {i}: committed executed"
+
+
+def test_the_appendix_is_the_last_chapter_and_holds_the_infrastructure():
+    chapters = chapter_of_module()
+    appendices = sorted(stem for stem in set(chapters.values()) if is_appendix(stem))
+    assert appendices == ["13_appendix_infrastructure"] == [NOTEBOOKS[-1].stem]
+    assert chapters["txl_lib.infrastructure"] == appendices[0]
+    assert later_imports(NOTEBOOKS[-1]) == []  # the appendix itself imports only earlier chapters
 
 
 def test_a_later_import_is_found(tmp_path):

@@ -12,7 +12,8 @@ from safetensors.torch import save_file
 
 from txl_lib.claims import claims_table
 from txl_lib.real_text import FIELDS, read_results
-from txl_lib.utils import compare, write_manifest
+from txl_lib.utils import compare
+from txl_lib.infrastructure import write_manifest
 
 
 def record(model, seed, bpc):

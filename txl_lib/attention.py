@@ -137,7 +137,7 @@ def read_shifted(padded: torch.Tensor) -> torch.Tensor:
 # %% ../notebooks/05a_attention_layer.ipynb #c099
 import torch.nn as nn
 
-from .utils import Linear
+from .infrastructure import Linear
 
 # %% ../notebooks/05a_attention_layer.ipynb #c010
 def attention_mask(

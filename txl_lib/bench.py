@@ -18,7 +18,9 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .utils import check_int, progress, write_atomically
+from .utils import check_int, progress
+
+from .infrastructure import write_atomically
 from .training import with_config
 from .model import TXLConfig, TransformerXL
 from .cache import InferenceCache

@@ -16,7 +16,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from .utils import check_int, write_atomically
+from .utils import check_int
+
+from .infrastructure import write_atomically
 from .training import IGNORE
 from .model import TXLConfig, TransformerXL
 from .bench import bench_model, benchmark, read_bandwidth, with_floor, format_table

@@ -10,7 +10,9 @@ __all__ = ['MINIMUM_BPC', 'MINIMUM_RECL', 'OUTCOMES', 'RANKED_CLAIMS', 'LONGER_C
 import json
 from pathlib import Path
 
-from .utils import Comparison, compare, mean_spread, read_listed
+from .utils import Comparison, compare, mean_spread
+
+from .infrastructure import read_listed
 from .serialization import read_listed_tensors
 from .recl import recl_by_seed
 from .real_text import ABLATION_FIELDS, SPEED_CLAIM, read_results

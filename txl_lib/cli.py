@@ -16,7 +16,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from .utils import seed_everything, progress, write_atomically
+from .utils import seed_everything, progress
+
+from .infrastructure import write_atomically
 from .data import batchify
 from .training import adam_with_schedule, evaluate, mean_loss, optimizer_step, with_config
 from .training import DEFAULT_LR, check_training_args

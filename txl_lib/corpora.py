@@ -14,7 +14,9 @@ from pathlib import Path
 
 import torch
 
-from .utils import MAX_INT, progress, write_atomically
+from .utils import MAX_INT, progress
+
+from .infrastructure import write_atomically
 from txl_lib.data import (
     WORKS,
     CharVocab,

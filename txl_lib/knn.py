@@ -16,7 +16,9 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from .utils import check_int, check_shape, check_type, seed_everything, read_listed
+from .utils import check_int, check_shape, check_type, seed_everything
+
+from .infrastructure import read_listed
 from .data import recall_task
 from .data import LMOutput
 from .serialization import build_loaded, read_listed_tensors

@@ -18,8 +18,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .utils import MAX_INT, Linear, check_int, check_number, check_shape, check_type
-from .utils import machine_memory
+from .utils import MAX_INT, check_int, check_number, check_shape, check_type
+
+from .infrastructure import Linear
+from .infrastructure import machine_memory
 from .data import IGNORE, LMOutput, token_loss, mean_loss
 from .training import training_mode
 from .serialization import ConfigDicts, config_of_fields, load_saved, write_pretrained

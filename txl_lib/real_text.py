@@ -16,7 +16,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from .cache import InferenceCache
 from .model import TXLConfig, TransformerXL
 
-from .utils import read_listed
+from .infrastructure import read_listed
 
 # %% ../notebooks/08b_real_text.ipynb #r006
 FIELDS = (

@@ -21,7 +21,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load as safetensors_load, save as safetensors_bytes
 from safetensors.torch import load_file as safetensors_load_file
 
-from .utils import check_int, machine_memory, read_json, read_listed, write_atomically
+from .utils import check_int
+
+from .infrastructure import machine_memory, read_json, read_listed, write_atomically
 
 # %% ../notebooks/00c_serialization.ipynb #s005
 def content_sha256(value) -> str:

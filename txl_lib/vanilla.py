@@ -17,7 +17,8 @@ import torch.nn.functional as F
 
 from .data import LMOutput, batchify, token_loss, mean_loss
 from .training import evaluate
-from .utils import Linear, check_int, read_listed
+from .utils import check_int
+from .infrastructure import Linear, read_listed
 from .serialization import read_listed_tensors
 
 # %% ../notebooks/01_context_fragmentation.ipynb #c005
@@ -39,7 +40,7 @@ def causal_mask(T: int, M: int = 0, device=None) -> torch.Tensor:
 # %% ../notebooks/01_context_fragmentation.ipynb #c011
 def feed_forward(d_model: int, d_inner: int, dropout: float) -> nn.Sequential:
     """The position-wise feed-forward block: Linear(E, F), ReLU, Dropout, Linear(F, E), Dropout
-    (txl_lib.utils `Linear`)."""
+    (the appendix's `Linear`)."""
     return nn.Sequential(
         Linear(d_model, d_inner),
         nn.ReLU(inplace=True),
