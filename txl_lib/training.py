@@ -19,43 +19,6 @@ import torch
 from .utils import progress, check_int, check_number, check_shape, check_type
 from .data import IGNORE, mean_loss  # the contract of txl_lib.data
 
-# %% ../notebooks/00b_training.ipynb #c152
-def check_training_args(steps, tgt_len, lr, warmup=None, clip=0.25, evaluator=None, eval_every=0):
-    """The checks of `train` (and of the training command): one clear ValueError for the first bad
-    argument."""
-    check_int("steps", steps, 1), check_int("tgt_len", tgt_len, 1)
-    check_int("eval_every", eval_every), check_int("warmup", 0 if warmup is None else warmup)
-    for name, value in [("lr", lr), ("clip", clip)]:
-        check_number(name, value, math.ulp(0), sys.float_info.max, "a finite number > 0")
-    if bool(eval_every) != (evaluator is not None) or not (
-        evaluator is None or callable(evaluator)
-    ):
-        raise ValueError("eval_every >= 1 and an evaluator, a callable (model, step), go together")
-
-# %% ../notebooks/00b_training.ipynb #c152a
-def check_same_shape(inputs, targets):
-    """`evaluate` scores targets[b, s] as the prediction after inputs[b, :s + 1]: both (B, S), one
-    shape."""
-    check_type("inputs", inputs, torch.Tensor, "a (B, S) tensor")
-    check_shape(targets, tuple(inputs.shape), "targets (the shape of inputs)")
-
-
-def check_scored(targets: torch.Tensor):
-    """At least one target to score: with every target IGNORE there is no loss to report
-    (a mean of nothing)."""
-    if not bool((targets != IGNORE).any()):
-        raise ValueError(f"every target is IGNORE ({IGNORE}): there is nothing to score")
-
-# %% ../notebooks/00b_training.ipynb #c153
-def check_finite(name: str, value: torch.Tensor, step: int):
-    """A loss or gradient norm that is not finite stops training at `step` (from 1), before it
-    reaches the weights."""
-    if not bool(torch.isfinite(value)):
-        raise FloatingPointError(
-            f"the training {name} is {value.item()} at step {step}: stopped "
-            f"with the weights of step {step - 1}; lower the learning rate"
-        )
-
 # %% ../notebooks/00b_training.ipynb #c008
 def stream_documents(streams: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Endless documents from text streams: the whole stream, inputs and targets shifted by one.
@@ -301,3 +264,40 @@ class Validator:
         bits = evaluate(model, self.inputs, self.targets, self.tgt_len, self.mem_len).bits_per_token
         self.history.append((step, bits))
         return bits
+
+# %% ../notebooks/00b_training.ipynb #c152
+def check_training_args(steps, tgt_len, lr, warmup=None, clip=0.25, evaluator=None, eval_every=0):
+    """The checks of `train` (and of the training command): one clear ValueError for the first bad
+    argument."""
+    check_int("steps", steps, 1), check_int("tgt_len", tgt_len, 1)
+    check_int("eval_every", eval_every), check_int("warmup", 0 if warmup is None else warmup)
+    for name, value in [("lr", lr), ("clip", clip)]:
+        check_number(name, value, math.ulp(0), sys.float_info.max, "a finite number > 0")
+    if bool(eval_every) != (evaluator is not None) or not (
+        evaluator is None or callable(evaluator)
+    ):
+        raise ValueError("eval_every >= 1 and an evaluator, a callable (model, step), go together")
+
+# %% ../notebooks/00b_training.ipynb #c152a
+def check_same_shape(inputs, targets):
+    """`evaluate` scores targets[b, s] as the prediction after inputs[b, :s + 1]: both (B, S), one
+    shape."""
+    check_type("inputs", inputs, torch.Tensor, "a (B, S) tensor")
+    check_shape(targets, tuple(inputs.shape), "targets (the shape of inputs)")
+
+
+def check_scored(targets: torch.Tensor):
+    """At least one target to score: with every target IGNORE there is no loss to report
+    (a mean of nothing)."""
+    if not bool((targets != IGNORE).any()):
+        raise ValueError(f"every target is IGNORE ({IGNORE}): there is nothing to score")
+
+# %% ../notebooks/00b_training.ipynb #c153
+def check_finite(name: str, value: torch.Tensor, step: int):
+    """A loss or gradient norm that is not finite stops training at `step` (from 1), before it
+    reaches the weights."""
+    if not bool(torch.isfinite(value)):
+        raise FloatingPointError(
+            f"the training {name} is {value.item()} at step {step}: stopped "
+            f"with the weights of step {step - 1}; lower the learning rate"
+        )
