@@ -60,7 +60,7 @@ def main():
     (OUT / "training_log.json").write_text(json.dumps(log, indent=1) + "\n")
     print(f"wrote {OUT}: {len(log['models'])} models, "
           f"{(OUT / 'models.safetensors').stat().st_size / 2**20:.1f} MiB of weights")
-    write_manifest(OUT)  # last: the sha256 of every file the chapters read (chapter 00)
+    write_manifest(OUT)  # last: the sha256 of every file the chapters read (the appendix)
 
 
 if __name__ == "__main__":

@@ -84,7 +84,7 @@ def main():
     save_file(weights, OUT / "weights.safetensors")
     save_file(tables, OUT / "losses.safetensors")
     (OUT / "log.json").write_text(json.dumps(log, indent=1) + "\n")
-    write_manifest(OUT)  # last: the sha256 of every file the chapters read (chapter 00)
+    write_manifest(OUT)  # last: the sha256 of every file the chapters read (the appendix)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ feed-forward, `matched`):
 - `learned`, `learned-memory`: learned absolute positions added in every layer (type 3), without and with memory;
 - `lstm`: chapter 06c's LSTM, 2 layers of 232, tied embedding;
 - `vanilla-time`, `lstm-time`: `vanilla` and `lstm` trained for as long as `xl` took: 800 steps times the ratio of
-  their CPU seconds per step, each the median of 3 rounds of 20 steps measured side by side in this run (the same
-  batches, more of them).
+  the final runs' CPU seconds (mean of the seeds, xl's over the kind's), so each trains as long as xl did (the same
+  batches, more of them). (An earlier sizing from 20 timed steps gave them 58 % and 51 % of xl's time.)
 
 Tuning, the same budget for every kind: on seed 0, a quarter of the steps (200) at each learning rate of `LRS`, the
 LSTM also with each embedding initialisation of `LSTM_INITS`; the setting with the lowest validation bpc is chosen.
@@ -129,18 +129,6 @@ def fit(name: str, seed: int, steps: int, lr: float, init: str, corpus) -> tuple
     return model, time.process_time() - start, sum(losses[-50:]) / len(losses[-50:])
 
 
-def step_seconds(name: str) -> float:
-    "CPU seconds per training step of `name`: 20 steps timed, after 5 untimed."
-    torch.set_num_threads(1)
-    corpus = load_splits("shakespeare")
-    model = build_model(matched(name, len(corpus.vocab)))
-    documents = stream_documents(batchify(corpus.train, RECIPE["batch_size"]))
-    train(model, documents, steps=5, tgt_len=RECIPE["tgt_len"], desc=f"{name}, warm-up")
-    start = time.process_time()
-    train(model, documents, steps=20, tgt_len=RECIPE["tgt_len"], desc=f"{name}, timed")
-    return (time.process_time() - start) / 20
-
-
 def read_record(path: Path, **expected) -> dict | None:
     "The record at `path` if it exists and matches every `expected` field, else None."
     if not path.exists():
@@ -214,15 +202,10 @@ def main(workers: int = 2, resume: bool = False, kinds: tuple = tuple(KINDS)):
         jobs = [(name, seed, RECIPE["steps"], *setting[name], resume) for name in kinds for seed in SEEDS]
         longest_first = sorted(jobs, key=lambda job: -getattr(KINDS[job[0]][0](84), "mem_len", 0))
         runs = pool.map(run, longest_first, chunksize=1)
-        # the cost of a step, measured in rounds side by side (the runs above met other loads at other times)
-        # (--resume keeps the stored measurement, so the time-matched runs it sized stay valid)
-        timed, stored = ("xl", *TIMED.values()), OUT / "results.json"
-        if resume and stored.exists():
-            per_step = json.loads(stored.read_text())["step_seconds"]
-        else:
-            rounds = pool.map(step_seconds, [name for _ in range(3) for name in timed], chunksize=1)
-            per_step = {name: sorted(rounds[i::len(timed)])[1] for i, name in enumerate(timed)}  # medians
-        timed_steps = {name: round(RECIPE["steps"] * per_step["xl"] / per_step[of]) for name, of in TIMED.items()}
+        # as many steps as make the CPU seconds equal xl's, from the final runs' own seconds (mean of the seeds)
+        cpu = {name: sum(r["train_cpu_seconds"] for r in runs if r["model"] == name) / len(SEEDS)
+               for name in ("xl", *TIMED.values())}
+        timed_steps = {name: round(RECIPE["steps"] * cpu["xl"] / cpu[of]) for name, of in TIMED.items()}
         runs += pool.map(run, [(name, seed, timed_steps[name], *setting[of], resume)
                                for name, of in TIMED.items() for seed in SEEDS], chunksize=1)
         # does the choice hold at full length? the runner-up of the headline pair, trained as long as the finals
@@ -235,13 +218,13 @@ def main(workers: int = 2, resume: bool = False, kinds: tuple = tuple(KINDS)):
     results = dict(recipe=RECIPE, seeds=list(SEEDS), corpus="shakespeare (chapter 11)", lrs=list(LRS), speed=speed,
                    lstm_inits=list(LSTM_INITS), tuning=tuning,
                    chosen={name: dict(lr=c["lr"], init=c["init"]) for name, c in chosen.items()},
-                   step_seconds=per_step, timed_steps=timed_steps, wall_seconds=round(time.time() - start), workers=workers,
+                   final_cpu_seconds=cpu, timed_steps=timed_steps, wall_seconds=round(time.time() - start), workers=workers,
                    device="cpu", torch=torch.__version__, resumed=resume, runs=runs)
     write_atomically(OUT / "results.json", json.dumps(results, indent=1).encode())
     for r in runs:
         print(f"{r['model']:15s} seed {r['seed']}: {r['params']:,} parameters, lr {r['lr']:g}, "
               f"valid {r['valid_bpc']:.3f}, test {r['test_bpc']:.3f} bpc, {r['train_cpu_seconds']:.0f} CPU s")
-    write_manifest(OUT)  # last: the sha256 of every file the chapters read (chapter 00)
+    write_manifest(OUT)  # last: the sha256 of every file the chapters read (the appendix)
 
 
 if __name__ == "__main__":  # --resume; --kinds a,b,c trains only those kinds (and the time-matched rows)

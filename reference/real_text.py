@@ -161,7 +161,7 @@ def main(workers: int = 2, resume: bool = False):
     for r in runs:
         print(f"{r['model']:15s} seed {r['seed']}: {r['params']:,} parameters, valid {r['valid_bpc']:.3f}, "
               f"test {r['test_bpc']:.3f} bpc, {r['train_cpu_seconds']:.0f} CPU s")
-    write_manifest(OUT)  # last: the sha256 of every file the chapters read (chapter 00)
+    write_manifest(OUT)  # last: the sha256 of every file the chapters read (the appendix)
 
 
 if __name__ == "__main__":

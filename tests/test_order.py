@@ -105,9 +105,10 @@ def test_every_chapter_ends_with_exercises_whose_solutions_assert(path):
 def test_the_appendix_is_the_last_chapter_and_holds_the_infrastructure():
     chapters = chapter_of_module()
     appendices = sorted(stem for stem in set(chapters.values()) if is_appendix(stem))
-    assert appendices == ["13_appendix_infrastructure"] == [NOTEBOOKS[-1].stem]
-    assert chapters["txl_lib.infrastructure"] == appendices[0]
-    assert later_imports(NOTEBOOKS[-1]) == []  # the appendix itself imports only earlier chapters
+    assert appendices == ["13_appendix_infrastructure", "13a_appendix_serialization"]
+    assert [p.stem for p in NOTEBOOKS[-2:]] == appendices  # the last chapters
+    assert [chapters["txl_lib.infrastructure"], chapters["txl_lib.serialization"]] == appendices
+    assert [later_imports(p) for p in NOTEBOOKS[-2:]] == [[], []]  # each imports earlier ones only
 
 
 def test_a_later_import_is_found(tmp_path):

@@ -22,7 +22,7 @@ from .utils import check_int, check_number, check_type
 # %% ../notebooks/06c_lstm_baseline.ipynb #l006
 @dataclass(frozen=True)
 class LSTMConfig(ConfigDicts):
-    """Hyper-parameters of the LSTM language model; `to_dict`, `from_dict` (chapter 00c).
+    """Hyper-parameters of the LSTM language model; `to_dict`, `from_dict` (appendix 13a).
 
     Attributes:
         n_token: V, the vocabulary size.

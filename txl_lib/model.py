@@ -231,7 +231,7 @@ class GenerationMixin(nn.Module):
 
 # %% ../notebooks/06_model.ipynb #c015s
 class SaveLoadMixin(nn.Module):
-    "`save_pretrained` and `from_pretrained`, as in HuggingFace: a folder per model (chapter 00c)."
+    "`save_pretrained` and `from_pretrained`, as in HuggingFace: a folder per model (appendix 13a)."
 
     config_class: type  # the config class a model is built from (TXLConfig for TransformerXL)
 
