@@ -40,7 +40,7 @@ def read_results(path, fields: tuple = FIELDS) -> dict:
     """A reference run's results.json: its records, grouped {model: [record per seed]}, each with
     every field of `fields`."""
     path = Path(path)
-    data = json.loads(read_listed(path.parent, path.name))  # txl_lib.utils: its sha256 checked
+    data = json.loads(read_listed(path.parent, path.name))  # the appendix: its sha256 checked
     runs = data.get("runs") if isinstance(data, dict) else None
     if not isinstance(runs, list) or not runs:
         raise ValueError(f"{path} must hold {{'runs': [...]}}, one record per trained model")
