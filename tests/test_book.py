@@ -2,9 +2,10 @@
 page in reading order, an API page per module, the notebook's machinery (nbdev directives,
 nbval markers, prompts, hidden cells) out of the text, display maths handed to MathJax,
 figures kept, every page under 1 MB. The README's chapter table lists the notebooks. The site
-is built once per session (`built_book`, shared with tests/test_browser.py)."""
+is built once per test run (`built_book`, shared with tests/test_browser.py and across workers)."""
 
 import ast
+import fcntl
 import functools
 import html
 import importlib.util
@@ -19,10 +20,10 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# gitignored; `make html` writes build/html/. One folder per pytest-xdist worker: two builds never
-# share one.
-
-BOOK_DIR = ROOT / "build" / f"book-test-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+# gitignored; `make html` writes build/html/. One build per test run, which every worker reads: the
+# first worker to ask builds it under a lock, the others wait for it (`built_book`).
+BOOK_DIR = ROOT / "build" / "book-test"
+RUN_ID = os.environ.get("PYTEST_XDIST_TESTRUNUID", f"pid {os.getpid()}")
 
 
 def _load_hooks():
@@ -37,8 +38,21 @@ hooks = _load_hooks()
 
 @functools.cache
 def built_book() -> Path:
-    """Build the book once per session into build/book-test/, as `make html` does (strict: a warning
-    fails)."""
+    """The book built into build/book-test/ as `make html` builds it (strict: a warning fails), once
+    per test run: a worker that finds this run's build under the lock reads it."""
+    BOOK_DIR.parent.mkdir(parents=True, exist_ok=True)
+    built_for = BOOK_DIR.parent / "book-test.run"  # the run the folder was built for
+    with open(BOOK_DIR.parent / "book-test.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (built_for.is_file() and built_for.read_text() == RUN_ID):
+            built_for.unlink(missing_ok=True)
+            build_book()
+            built_for.write_text(RUN_ID)
+    return BOOK_DIR
+
+
+def build_book():
+    "mkdocs build into BOOK_DIR; a failure fails the test that asked, with mkdocs's error."
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     run = subprocess.run(
         [
@@ -63,7 +77,6 @@ def built_book() -> Path:
             "mkdocs build failed (pip install -e .[docs]; npm is needed once for "
             f"MathJax):\n{run.stderr[-3000:]}"
         )
-    return BOOK_DIR
 
 
 @pytest.fixture(scope="session")

@@ -124,33 +124,6 @@ TWO_PROCESSES = [
 ]
 
 
-def test_two_gloo_processes_equal_one_process_on_the_same_global_batch(tmp_path):
-    args = SMALL + "--steps 6 --save-every 3 --batch-size 5".split()  # 3 + 2 streams: uneven
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    one = subprocess.run(
-        [sys.executable, "-m", "txl_lib", "train", *args, "--out", str(tmp_path / "one")],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    two = subprocess.run(
-        [*TWO_PROCESSES, "-m", "txl_lib", "train", *args, "--out", str(tmp_path / "two")],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert one.returncode == 0 and two.returncode == 0, one.stderr[-2000:] + two.stderr[-2000:]
-    a, b = weights(tmp_path / "one"), weights(tmp_path / "two")
-    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
-    state = torch.load(tmp_path / "two" / "state.pt", weights_only=True)
-    assert state["world"] == 2 and [p["mems"][0].size(0) for p in state["processes"]] == [3, 2]
-    assert two.stdout.count("final:") == 1  # rank 0 alone evaluates and reports
-    with pytest.raises(
-        ValueError, match=r"processes 1 \(the run has 2\)"
-    ):  # resuming with another world size
-        train_command(args + ["--out", str(tmp_path / "two"), "--resume", "--steps", "9"])
-
-
 COUNT_THREADS = """
 import os, sys, threading
 from pathlib import Path
@@ -164,18 +137,38 @@ Path(__file__).with_name(f"threads_{os.environ['RANK']}").write_text(f"{before} 
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
-def test_two_gloo_processes_leave_no_thread_of_the_process_group_behind(tmp_path):
-    # a gloo thread still alive when Python shuts down can abort the process: see setup_distributed
-    script = tmp_path / "count_threads.py"
-    script.write_text(COUNT_THREADS)
-    args = SMALL + ["--steps", "2", "--out", str(tmp_path / "run")]
+def test_two_gloo_processes_equal_one_process_and_leave_no_thread_behind(tmp_path):
+    """Two processes (3 + 2 streams: uneven) train the weights one process trains on the same global
+    batch; and no thread of the process group outlives the run (a gloo thread still alive when
+    Python shuts down can abort the process: see setup_distributed)."""
+    args = SMALL + "--steps 6 --save-every 3 --batch-size 5".split()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [*TWO_PROCESSES, str(script), *args], env=env, capture_output=True, text=True
+    script = tmp_path / "count_threads.py"  # train_command, counting threads before and after
+    script.write_text(COUNT_THREADS)
+    one = subprocess.run(
+        [sys.executable, "-m", "txl_lib", "train", *args, "--out", str(tmp_path / "one")],
+        env=env,
+        capture_output=True,
+        text=True,
     )
-    assert done.returncode == 0, done.stderr[-2000:]
+    two = subprocess.run(
+        [*TWO_PROCESSES, str(script), *args, "--out", str(tmp_path / "two")],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert one.returncode == 0 and two.returncode == 0, one.stderr[-2000:] + two.stderr[-2000:]
+    a, b = weights(tmp_path / "one"), weights(tmp_path / "two")
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+    state = torch.load(tmp_path / "two" / "state.pt", weights_only=True)
+    assert state["world"] == 2 and [p["mems"][0].size(0) for p in state["processes"]] == [3, 2]
+    assert two.stdout.count("final:") == 1  # rank 0 alone evaluates and reports
     counts = [(tmp_path / f"threads_{rank}").read_text().split() for rank in (0, 1)]
     assert all(before == after for before, after in counts), counts  # (before, after) per rank
+    with pytest.raises(
+        ValueError, match=r"processes 1 \(the run has 2\)"
+    ):  # resuming with another world size
+        train_command(args + ["--out", str(tmp_path / "two"), "--resume", "--steps", "9"])
 
 
 @pytest.mark.parametrize(
