@@ -43,7 +43,7 @@ def _ranked(claim: str, a: list, b: list, names: tuple) -> dict:
     measured = f"{names[0]} {_shown(a)}, {names[1]} {_shown(b)} bpc; difference {_interval(c, 3)}"
     return dict(claim=claim, measured=measured, verdict=OUTCOMES[c.verdict])
 
-
+# %% ../notebooks/12b_claims.ipynb #c040e
 def _at_equal_time(row: dict, seconds: dict, names: tuple) -> dict:
     """A ranked row whose two models were to train for equal CPU time: the seconds shown (mean of
     the seeds). A verdict stands as it is when they are within 10 %; otherwise it says how long b

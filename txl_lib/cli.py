@@ -5,10 +5,10 @@ exact resume, and data-parallel training with `torchrun`."""
 
 # %% auto #0
 __all__ = ['PRESETS', 'DEFAULT', 'ERRORS', 'build_parser', 'add_evaluation_arguments', 'parse_args', 'build_config', 'save_state',
-           'run', 'train_command', 'main', 'read_state']
+           'run', 'train_command', 'main']
 
 # %% ../notebooks/11a_commands.ipynb #c001
-import argparse, ast, contextlib, dataclasses, errno, hashlib, json, os, re, socket, stat
+import argparse, ast, contextlib, dataclasses, errno, hashlib, json, os, re, socket
 import math, sys, warnings
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from .utils import seed_everything, progress
 
-from .infrastructure import write_atomically
+from .infrastructure import lock_exclusively, open_lock, write_atomically
 from .data import batchify
 from .training import adam_with_schedule, evaluate, mean_loss, optimizer_step, with_config
 from .training import DEFAULT_LR, check_training_args
@@ -115,7 +115,7 @@ def add_evaluation_arguments(p: argparse.ArgumentParser):
     same = "same_length for evaluation: every query sees mem_len keys"
     p.add_argument("--eval-same-length", action="store_true", help=same)
 
-
+# %% ../notebooks/11a_commands.ipynb #c104p
 def parse_args(argv=None) -> argparse.Namespace:
     p = build_parser()
     add_run_arguments(p)
@@ -186,7 +186,7 @@ def setup_distributed(device: str) -> tuple[int, int]:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     return rank, world
 
-
+# %% ../notebooks/11a_commands.ipynb #c006s
 def stream_shares(batch_size: int, world: int) -> list[int]:
     """Streams per process: `batch_size` split as evenly as it goes, the first processes taking one
     more."""
@@ -386,7 +386,7 @@ def training_step(
     optimizer_step(model, optimizer, schedule, loss, clip, step, weight)  # txl_lib.training's step
     return loss.item(), out.mems
 
-
+# %% ../notebooks/11a_commands.ipynb #c110n
 def next_segment(streams: torch.Tensor, position: int, T: int):
     """Inputs and targets (b, T) of segment `position`, and the next position
     (0 after the last segment)."""
@@ -523,7 +523,7 @@ def run(args: argparse.Namespace) -> dict:
             report(model, corpus, args, log, step, out, device)
     return log
 
-
+# %% ../notebooks/11a_commands.ipynb #c012t
 def train_command(argv=None) -> dict:
     "The entry point of `python -m txl_lib train` (errors raised, for a caller to handle)."
     try:
@@ -623,45 +623,7 @@ def check_fresh_folder(out: Path, overwrite: bool) -> None:
             f"--out, or pass --overwrite to replace it"
         )
 
-# %% ../notebooks/11a_commands.ipynb #c507a
-def open_lock(lock: Path) -> int:
-    """The lock file, opened without following a link: a link planted at run.lock is refused, never
-    written through."""
-    try:
-        fd = os.open(
-            lock,
-            os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0),
-            0o644,
-        )
-    except OSError as e:
-        if e.errno not in (errno.ELOOP, errno.EMLINK):
-            raise
-        raise ValueError(
-            f"{lock} is a symbolic link: a run writes its lock only as a file of its "
-            f"own; remove the link (the file it points to is untouched)"
-        ) from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise ValueError(f"{lock} is not a regular file: remove it, or choose another --out")
-    return fd
-
 # %% ../notebooks/11a_commands.ipynb #c507b
-def lock_exclusively(fd: int):
-    """An exclusive lock on the open file `fd`, held until it closes (flock; on Windows, msvcrt's
-    lock of its first byte); BlockingIOError if another process holds it."""
-    if sys.platform == "win32":  # fcntl exists only on POSIX systems: imported where it is used
-        import msvcrt
-
-        try:
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-        except OSError:
-            raise BlockingIOError(errno.EAGAIN, "locked by another process") from None
-    else:
-        import fcntl
-
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-
-
 def check_lock_free(fd: int, lock: Path, out: Path):
     "Take the lock of the open lock file `fd`, or say which process holds it."
     try:
@@ -681,7 +643,8 @@ def check_lock_free(fd: int, lock: Path, out: Path):
 # the rest of RUN_ARGS: ignored
 REFUSED_CHANGES = ("data", "drop_newlines", "preset", "set", "batch_size", "steps")
 
-# %% ../notebooks/11a_commands.ipynb #c510a
+
+#| export
 # `read_state` reads `state.pt` and applies the first checks of the paragraph above (fields,
 # arguments, `--stop-after`); the data and the model are checked by `run` (`check_same_data`,
 # `check_same_model`) once `build_run` has read the corpus:
