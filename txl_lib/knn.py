@@ -319,7 +319,7 @@ def load_recall_reference(folder) -> tuple[dict, dict]:
     """The recall models of a reference run (`folder`: models.safetensors, training_log.json, each
     verified against its manifest.json): {name: [model per seed]}, log."""
     folder = Path(folder)
-    log = json.loads(read_listed(folder, "training_log.json"))  # txl_lib.utils: sha256 checked
+    log = json.loads(read_listed(folder, "training_log.json"))  # the appendix: sha256 checked
     if not isinstance(log, dict) or not {"seeds", "configs"} <= log.keys():
         raise ValueError(
             f"{folder}/training_log.json is not a reference training log: make reference"

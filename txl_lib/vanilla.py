@@ -123,7 +123,7 @@ def load_vanilla_reference(folder, vocab) -> tuple[list, dict]:
     """The vanilla models of a reference run
     (`folder`: models.safetensors, one per seed; training_log.json), its log."""
     folder = Path(folder)
-    log = json.loads(read_listed(folder, "training_log.json"))  # txl_lib.utils: its sha256 checked
+    log = json.loads(read_listed(folder, "training_log.json"))  # the appendix: its sha256 checked
     if log["vocab"] != "".join(vocab.itos):
         raise ValueError(f"the models in {folder} have another vocabulary: make reference")
     weights, models = read_listed_tensors(folder, "models.safetensors"), []
