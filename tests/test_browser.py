@@ -225,42 +225,34 @@ def test_jupyterlab_renders_chapter_01(browser_context, tmp_path):
             server.kill()
 
 
-@pytest.mark.parametrize("width", [390, 1280])
-def test_every_display_equation_is_drawn_on_a_phone_and_a_desktop(browser_context, site, width):
-    """At 390 px (a phone) as at 1280 px, each display equation of the chapters that have them is
-    an SVG of real size (at 700 px and below Material's CSS once shrank them to 1 x 1 px)."""
+EQUATIONS = "article div.arithmatex > mjx-container > svg"  # each display equation, drawn
+
+
+def equation_sizes(page) -> list:
+    "[width, height] in CSS pixels of each display equation of the open page, once MathJax drew it."
+    page.locator("article div.arithmatex mjx-container svg").first.wait_for(state="attached")
+    return page.locator(EQUATIONS).evaluate_all(
+        "els => els.map(e => e.getBoundingClientRect()).map(r => [r.width, r.height])"
+    )
+
+
+def too_small(sizes: dict) -> dict:
+    "The chapters with an equation drawn under 20 x 10 px (Material's CSS once made them 1 x 1)."
+    return {name: s for name, s in sizes.items() if not s or any(w < 20 or h < 10 for w, h in s)}
+
+
+def test_every_display_equation_is_drawn_on_a_phone(browser_context, site):
+    """At 390 px (a phone) each display equation of the chapters that have them is an SVG of real
+    size (at 700 px and below Material's CSS once shrank them to 1 x 1 px); 1280 px is checked with
+    the figures below."""
     page, blocked, errors = open_offline(browser_context, site)
-    page.set_viewport_size({"width": width, "height": 900})
-    chapters = [p for p in hooks.chapters(ROOT / "notebooks") if "$$" in p.read_text("utf-8")]
+    page.set_viewport_size({"width": 390, "height": 900})
     sizes = {}
-    for chapter in chapters:
-        page.goto((site / "chapters" / f"{chapter.stem}.html").as_uri())
-        page.locator("article div.arithmatex mjx-container svg").first.wait_for(state="attached")
-        sizes[chapter.stem] = page.locator(
-            "article div.arithmatex > mjx-container > svg"
-        ).evaluate_all(
-            "els => els.map(e => e.getBoundingClientRect()).map(r => [r.width, r.height])"
-        )
-    assert chapters and all(sizes.values()), sizes
-    small = {name: s for name, s in sizes.items() if any(w < 20 or h < 10 for w, h in s)}
-    assert small == {}, f"display equations drawn smaller than 20 x 10 px at {width} px: {small}"
-    assert blocked == [] and errors == []
-
-
-def test_no_code_block_scrolls_sideways_at_1280_px(browser_context, site):
-    """Code reflowed to 100 columns fits the text column of a desktop window in every chapter, and
-    outputs wrap their long lines: nothing is hidden sideways."""
-    page, blocked, errors = open_offline(browser_context, site)
-    page.set_viewport_size({"width": 1280, "height": 900})
-    hidden = {}
     for chapter in hooks.chapters(ROOT / "notebooks"):
-        page.goto((site / "chapters" / f"{chapter.stem}.html").as_uri())
-        overflow = page.locator("article pre > code").evaluate_all(  # the element that scrolls
-            "els => els.map(e => e.scrollWidth - e.clientWidth)"
-        )
-        if any(px > 1 for px in overflow):
-            hidden[chapter.stem] = max(overflow)
-    assert hidden == {}, f"code blocks wider than the text column (px hidden): {hidden}"
+        if "$$" in chapter.read_text("utf-8"):
+            page.goto((site / "chapters" / f"{chapter.stem}.html").as_uri())
+            sizes[chapter.stem] = equation_sizes(page)
+    assert sizes and too_small(sizes) == {}, f"display equations drawn too small at 390 px: {sizes}"
     assert blocked == [] and errors == []
 
 
@@ -404,21 +396,33 @@ def test_search_excerpts_show_equations_as_text(browser_context, site):
     assert blocked == [] and errors == []
 
 
-def test_figures_are_sharp_on_a_2x_screen(browser_context, site):
-    """On a display of device pixel ratio 2, each figure has at least two image pixels per CSS
-    pixel it is drawn at (a retina PNG drawn at half its pixels, or an SVG)."""
+def test_each_chapter_on_a_2x_desktop_code_fits_figures_are_sharp_equations_drawn(
+    browser_context, site
+):
+    """At 1280 px on a display of device pixel ratio 2, one visit per chapter checks that code
+    reflowed to 100 columns fits the text column and outputs wrap (nothing hidden sideways), that
+    each figure has two image pixels or more per CSS pixel it is drawn at (a retina PNG drawn at
+    half its pixels, or an SVG), and that each display equation is an SVG of real size."""
     page, blocked, errors = open_offline(browser_context, site)
     cdp = browser_context.new_cdp_session(page)
     cdp.send(
         "Emulation.setDeviceMetricsOverride",
         {"width": 1280, "height": 900, "deviceScaleFactor": 2, "mobile": False},
     )
-    soft = {}
+    hidden, soft, sizes = {}, {}, {}
     for chapter in hooks.chapters(ROOT / "notebooks"):
-        if '"image/' not in chapter.read_text(encoding="utf-8"):
-            continue
+        text = chapter.read_text(encoding="utf-8")
         page.goto((site / "chapters" / f"{chapter.stem}.html").as_uri())
         assert page.evaluate("devicePixelRatio") == 2
+        overflow = page.locator("article pre > code").evaluate_all(  # the element that scrolls
+            "els => els.map(e => e.scrollWidth - e.clientWidth)"
+        )
+        if any(px > 1 for px in overflow):
+            hidden[chapter.stem] = max(overflow)
+        if "$$" in text:
+            sizes[chapter.stem] = equation_sizes(page)
+        if '"image/' not in text:
+            continue
         drawn = page.locator("article img").evaluate_all(
             """els => Promise.all(els.map(e => e.decode().then(() =>
                 [e.src.split('/').pop(), e.naturalWidth, e.getBoundingClientRect().width])))"""
@@ -430,5 +434,9 @@ def test_figures_are_sharp_on_a_2x_screen(browser_context, site):
         ]
         if low:
             soft[chapter.stem] = low
+    assert hidden == {}, f"code blocks wider than the text column (px hidden): {hidden}"
     assert soft == {}, f"figures with under 2 pixels per CSS pixel at 2x: {soft}"
+    assert sizes and too_small(sizes) == {}, (
+        f"display equations drawn too small at 1280 px: {sizes}"
+    )
     assert blocked == [] and errors == []
