@@ -5,7 +5,7 @@ exact resume, and data-parallel training with `torchrun`."""
 
 # %% auto #0
 __all__ = ['PRESETS', 'DEFAULT', 'ERRORS', 'build_parser', 'add_evaluation_arguments', 'parse_args', 'build_config', 'save_state',
-           'run', 'train_command', 'main']
+           'run', 'train_command', 'main', 'read_state']
 
 # %% ../notebooks/11a_commands.ipynb #c001
 import argparse, ast, contextlib, dataclasses, errno, hashlib, json, os, re, socket
@@ -640,11 +640,6 @@ def check_lock_free(fd: int, lock: Path, out: Path):
         )
 
 # %% ../notebooks/11a_commands.ipynb #c510
-# the rest of RUN_ARGS: ignored
-REFUSED_CHANGES = ("data", "drop_newlines", "preset", "set", "batch_size", "steps")
-
-
-#| export
 # `read_state` reads `state.pt` and applies the first checks of the paragraph above (fields,
 # arguments, `--stop-after`); the data and the model are checked by `run` (`check_same_data`,
 # `check_same_model`) once `build_run` has read the corpus:
@@ -667,6 +662,10 @@ def read_state(out: Path, args: argparse.Namespace, world: int) -> dict:
     return state
 
 # %% ../notebooks/11a_commands.ipynb #c510aa
+# the rest of RUN_ARGS: ignored
+REFUSED_CHANGES = ("data", "drop_newlines", "preset", "set", "batch_size", "steps")
+
+
 def check_same_arguments(out: Path, state: dict, args: argparse.Namespace, world: int):
     "The arguments a resumed run may not change (REFUSED_CHANGES, the processes) are the run's own."
     stored = {**state["args"], "processes": state["world"]}
