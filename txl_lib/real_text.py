@@ -71,7 +71,7 @@ ABLATION_FIELDS = (
 
 # %% ../notebooks/08b_real_text.ipynb #r041a
 SPEED_CLAIM = (
-    '"up to 1,874 times faster" evaluation than a vanilla Transformer (Table 9)',
+    "up to 1,874 times faster evaluation than a vanilla Transformer (Table 9)",
     3800,
     1874,
 )
